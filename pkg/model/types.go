@@ -1,0 +1,178 @@
+package model
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// ClusterID names a remote Kubernetes cluster. It is the data key of an
+// Istio-format remote secret and the CLUSTER_ID metadata of a proxy.
+type ClusterID string
+
+func (c ClusterID) String() string { return string(c) }
+
+// Hostname is a service's fully qualified name, <svc>.<ns>.svc.<domain>.
+type Hostname string
+
+func (h Hostname) String() string { return string(h) }
+
+// DefaultDomainSuffix is the cluster domain used to build hostnames.
+const DefaultDomainSuffix = "cluster.local"
+
+// ServiceHostname returns the hostname of the Service name in namespace ns.
+func ServiceHostname(name, ns, domainSuffix string) Hostname {
+	if domainSuffix == "" {
+		domainSuffix = DefaultDomainSuffix
+	}
+	return Hostname(name + "." + ns + ".svc." + domainSuffix)
+}
+
+// NamespacedName identifies an object inside one cluster.
+type NamespacedName struct {
+	Namespace, Name string
+}
+
+func (n NamespacedName) String() string { return n.Namespace + "/" + n.Name }
+
+// Locality is where an endpoint runs, from the topology labels of its Node.
+type Locality struct {
+	Region  string `json:"region,omitempty"`
+	Zone    string `json:"zone,omitempty"`
+	SubZone string `json:"subZone,omitempty"`
+}
+
+func (l Locality) String() string {
+	return strings.Join([]string{l.Region, l.Zone, l.SubZone}, "/")
+}
+
+// Protocol is the application protocol of a service port.
+type Protocol string
+
+// Protocols meshfed distinguishes. Everything that is not known is TCP.
+const (
+	ProtocolGRPC  Protocol = "GRPC"
+	ProtocolHTTP  Protocol = "HTTP"
+	ProtocolHTTP2 Protocol = "HTTP2"
+	ProtocolTCP   Protocol = "TCP"
+)
+
+// ServicePort is one port of a Service.
+type ServicePort struct {
+	// Name is the port name, which EndpointSlice ports refer to.
+	Name string `json:"name,omitempty"`
+	// Port is the service port clients dial.
+	Port uint32 `json:"port"`
+	// Protocol is taken from appProtocol, or from Istio's port-name prefix
+	// convention (grpc-, http-, http2-), else TCP.
+	Protocol Protocol `json:"protocol"`
+}
+
+// Service is the cluster-independent description of a Kubernetes Service.
+type Service struct {
+	Hostname  Hostname      `json:"hostname"`
+	Name      string        `json:"name"`
+	Namespace string        `json:"namespace"`
+	Ports     []ServicePort `json:"ports"`
+}
+
+// Port returns the service port numbered p.
+func (s *Service) Port(p uint32) (ServicePort, bool) {
+	for _, sp := range s.Ports {
+		if sp.Port == p {
+			return sp, true
+		}
+	}
+	return ServicePort{}, false
+}
+
+// Equal reports whether two services describe the same thing.
+func (s *Service) Equal(o *Service) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	return s.Hostname == o.Hostname && s.Name == o.Name && s.Namespace == o.Namespace &&
+		slices.Equal(s.Ports, o.Ports)
+}
+
+// Endpoint is one address of a service in one cluster.
+type Endpoint struct {
+	Cluster  ClusterID  `json:"cluster"`
+	Address  netip.Addr `json:"address"`
+	Locality Locality   `json:"locality"`
+	Ready    bool       `json:"ready"`
+	// ServiceAccount is the Kubernetes service account of the backing Pod,
+	// empty when the endpoint has no Pod (or the Pod is not known yet).
+	ServiceAccount string `json:"serviceAccount,omitempty"`
+	// Pod names the backing Pod, when there is one.
+	Pod string `json:"pod,omitempty"`
+	// Ports maps a service port name to the target port number on this
+	// endpoint, as the EndpointSlice says.
+	Ports map[string]uint32 `json:"ports"`
+}
+
+// TargetPort returns the endpoint port serving the service port sp.
+func (e *Endpoint) TargetPort(sp ServicePort) (uint32, bool) {
+	p, ok := e.Ports[sp.Name]
+	return p, ok
+}
+
+// Key orders endpoints deterministically.
+func (e *Endpoint) Key() string {
+	return fmt.Sprintf("%s/%s", e.Cluster, e.Address)
+}
+
+// Equal reports whether two endpoints are the same.
+func (e *Endpoint) Equal(o *Endpoint) bool {
+	return e.Cluster == o.Cluster && e.Address == o.Address && e.Locality == o.Locality &&
+		e.Ready == o.Ready && e.ServiceAccount == o.ServiceAccount && e.Pod == o.Pod &&
+		mapsEqual(e.Ports, o.Ports)
+}
+
+func mapsEqual(a, b map[string]uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// ServiceShard is what one cluster knows of one service: the Service itself
+// and that cluster's endpoints of it. A shard is immutable once handed to a
+// Registry.
+type ServiceShard struct {
+	Service   *Service   `json:"service"`
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// Equal reports whether two shards carry the same information.
+func (s *ServiceShard) Equal(o *ServiceShard) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	if !s.Service.Equal(o.Service) || len(s.Endpoints) != len(o.Endpoints) {
+		return false
+	}
+	for i := range s.Endpoints {
+		if !s.Endpoints[i].Equal(&o.Endpoints[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// SortEndpoints orders endpoints by cluster and address, the canonical order
+// of a shard.
+func SortEndpoints(eps []Endpoint) {
+	slices.SortFunc(eps, func(a, b Endpoint) int {
+		if c := strings.Compare(string(a.Cluster), string(b.Cluster)); c != 0 {
+			return c
+		}
+		return a.Address.Compare(b.Address)
+	})
+}
