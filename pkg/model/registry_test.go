@@ -1,0 +1,139 @@
+package model
+
+import (
+	"errors"
+	"net/netip"
+	"slices"
+	"testing"
+)
+
+const echo = Hostname("echo.demo.svc.cluster.local")
+
+func shard(c ClusterID, addrs ...string) *ServiceShard {
+	s := &ServiceShard{Service: &Service{
+		Hostname: echo, Name: "echo", Namespace: "demo",
+		Ports: []ServicePort{{Name: "grpc", Port: 8080, Protocol: ProtocolGRPC}},
+	}}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, Endpoint{
+			Cluster: c, Address: netip.MustParseAddr(a), Ready: true, Ports: map[string]uint32{"grpc": 18080},
+		})
+	}
+	return s
+}
+
+func addrs(m *MergedService) []string {
+	if m == nil {
+		return nil
+	}
+	var out []string
+	for _, e := range m.Endpoints {
+		out = append(out, string(e.Cluster)+"="+e.Address.String())
+	}
+	return out
+}
+
+func TestRegistryMergesClusters(t *testing.T) {
+	r := NewRegistry()
+	mustChange(t)(r.ReplaceCluster("c2", 1, map[Hostname]*ServiceShard{echo: shard("c2", "10.0.2.1")}))
+	mustChange(t)(r.ReplaceCluster("c1", 2, map[Hostname]*ServiceShard{echo: shard("c1", "10.0.1.2", "10.0.1.1")}))
+	got := addrs(r.Service(echo))
+	want := []string{"c1=10.0.1.1", "c1=10.0.1.2", "c2=10.0.2.1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("merged = %v, want %v", got, want)
+	}
+	if cs := r.Service(echo).Clusters; !slices.Equal(cs, []ClusterID{"c1", "c2"}) {
+		t.Fatalf("clusters = %v", cs)
+	}
+
+	// An identical update changes nothing; a real one invalidates the memo.
+	if changed, err := r.UpdateShard("c2", 1, echo, shard("c2", "10.0.2.1")); err != nil || changed {
+		t.Fatalf("no-op update: changed=%v err=%v", changed, err)
+	}
+	if changed, err := r.UpdateShard("c2", 1, echo, shard("c2")); err != nil || !changed {
+		t.Fatalf("scale down: changed=%v err=%v", changed, err)
+	}
+	if got := addrs(r.Service(echo)); len(got) != 2 {
+		t.Fatalf("after scale down = %v", got)
+	}
+
+	if changed := r.RemoveCluster("c1"); !slices.Equal(changed, []Hostname{echo}) {
+		t.Fatalf("remove changed = %v", changed)
+	}
+	if got := addrs(r.Service(echo)); len(got) != 0 {
+		t.Fatalf("after removing c1 = %v", got)
+	}
+	r.UpdateShard("c2", 1, echo, nil)
+	if r.Service(echo) != nil || len(r.Hostnames()) != 0 {
+		t.Fatalf("hostname should be gone: %v", r.Hostnames())
+	}
+}
+
+func TestRegistryGenerations(t *testing.T) {
+	r := NewRegistry()
+	mustChange(t)(r.ReplaceCluster("c1", 5, map[Hostname]*ServiceShard{echo: shard("c1", "10.0.0.1")}))
+
+	// A late write of a replaced watcher is refused and changes nothing.
+	if _, err := r.ReplaceCluster("c1", 4, nil); !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("older replace: %v", err)
+	}
+	if _, err := r.UpdateShard("c1", 4, echo, nil); !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("older update: %v", err)
+	}
+	if _, err := r.UpdateShard("c9", 1, echo, nil); !errors.Is(err, ErrUnknownCluster) {
+		t.Fatalf("unknown cluster: %v", err)
+	}
+	if len(addrs(r.Service(echo))) != 1 {
+		t.Fatal("stale writes changed the view")
+	}
+
+	// A rotated secret: the new watcher replaces the state in one step; the
+	// hostname is reported changed only because its endpoints differ.
+	changed, err := r.ReplaceCluster("c1", 6, map[Hostname]*ServiceShard{echo: shard("c1", "10.0.0.1")})
+	if err != nil || len(changed) != 0 {
+		t.Fatalf("same state under new generation: changed=%v err=%v", changed, err)
+	}
+	if _, err := r.UpdateShard("c1", 5, echo, nil); !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("write of the replaced generation: %v", err)
+	}
+
+	// After removal, the removed generation cannot bring the cluster back.
+	r.RemoveCluster("c1")
+	if _, err := r.ReplaceCluster("c1", 6, map[Hostname]*ServiceShard{echo: shard("c1", "10.0.0.1")}); !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("resurrection by removed generation: %v", err)
+	}
+	if _, err := r.UpdateShard("c1", 6, echo, shard("c1")); !errors.Is(err, ErrStaleGeneration) {
+		t.Fatalf("update after removal: %v", err)
+	}
+	mustChange(t)(r.ReplaceCluster("c1", 7, map[Hostname]*ServiceShard{echo: shard("c1", "10.0.0.3")}))
+	if got := r.Clusters(); len(got) != 1 || got[0].Generation != 7 || got[0].Endpoints != 1 {
+		t.Fatalf("summary = %+v", got)
+	}
+}
+
+func TestMergeServicePorts(t *testing.T) {
+	r := NewRegistry()
+	a := shard("a")
+	b := shard("b")
+	b.Service = &Service{Hostname: echo, Name: "echo", Namespace: "demo", Ports: []ServicePort{
+		{Name: "other-name", Port: 8080, Protocol: ProtocolTCP},
+		{Name: "http", Port: 80, Protocol: ProtocolHTTP},
+	}}
+	mustChange(t)(r.ReplaceCluster("b", 1, map[Hostname]*ServiceShard{echo: b}))
+	mustChange(t)(r.ReplaceCluster("a", 2, map[Hostname]*ServiceShard{echo: a}))
+	got := r.Service(echo).Service.Ports
+	want := []ServicePort{{Name: "http", Port: 80, Protocol: ProtocolHTTP}, {Name: "grpc", Port: 8080, Protocol: ProtocolGRPC}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ports = %+v, want %+v", got, want)
+	}
+}
+
+// mustChange returns a checker for a registry write that must change the view.
+func mustChange(t *testing.T) func([]Hostname, error) {
+	return func(changed []Hostname, err error) {
+		t.Helper()
+		if err != nil || len(changed) == 0 {
+			t.Fatalf("expected a change: changed=%v err=%v", changed, err)
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package xdsgen
+
+import (
+	"slices"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// ServiceResources are the proxy-independent resources of one service: the
+// listeners, route configurations and clusters of its ports, each sorted by
+// port.
+type ServiceResources struct {
+	Listeners []*listenerv3.Listener
+	Routes    []*routev3.RouteConfiguration
+	Clusters  []*clusterv3.Cluster
+}
+
+// Cache memoizes generated resources per hostname, so that a change rebuilds
+// only the resources it affects: an endpoint change never rebuilds listeners,
+// routes or clusters, and a change to one hostname rebuilds nothing of the
+// others. Resources returned by a Cache are shared between callers and must
+// be treated as immutable. The zero value is not usable; call NewCache. A
+// Cache is pure (no I/O, clock or goroutines) and not safe for concurrent use.
+type Cache struct {
+	services  map[model.Hostname]serviceEntry
+	endpoints map[model.Hostname]map[ProxyGroup]endpointsEntry
+}
+
+type serviceEntry struct {
+	svc *model.Service // private copy of the input
+	res ServiceResources
+}
+
+type endpointsEntry struct {
+	ms  *model.MergedService
+	res []*endpointv3.ClusterLoadAssignment
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache {
+	return &Cache{
+		services:  map[model.Hostname]serviceEntry{},
+		endpoints: map[model.Hostname]map[ProxyGroup]endpointsEntry{},
+	}
+}
+
+// Service returns the LDS/RDS/CDS resources for svc, rebuilding them only if
+// svc changed (model.Service.Equal) since the last call for that hostname.
+// rebuilt reports whether they were built by this call; when it is false the
+// returned slices are the very ones returned before. A nil svc yields empty
+// resources and false.
+func (c *Cache) Service(svc *model.Service) (res ServiceResources, rebuilt bool) {
+	if svc == nil {
+		return ServiceResources{}, false
+	}
+	if e, ok := c.services[svc.Hostname]; ok && e.svc.Equal(svc) {
+		return e.res, false
+	}
+	res = ServiceResources{
+		Listeners: Listeners(svc),
+		Routes:    Routes(svc),
+		Clusters:  Clusters(svc),
+	}
+	// Keep a copy, so that a caller mutating its Service afterwards cannot
+	// make a stale entry look current.
+	own := *svc
+	own.Ports = slices.Clone(svc.Ports)
+	c.services[svc.Hostname] = serviceEntry{svc: &own, res: res}
+	return res, true
+}
+
+// LoadAssignments returns LoadAssignments(ms, g), rebuilding it only if ms is
+// not the very MergedService given last time for this hostname and group.
+// Pointer identity is the right test because a model.Registry returns the
+// same immutable *MergedService for a hostname until one of its shards
+// changes. rebuilt reports whether the result was built by this call (it may
+// still be proto.Equal to the previous one, e.g. when only an unready
+// endpoint changed). A nil ms (or ms.Service) yields nil and false.
+func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup) (res []*endpointv3.ClusterLoadAssignment, rebuilt bool) {
+	if ms == nil || ms.Service == nil {
+		return nil, false
+	}
+	h := ms.Service.Hostname
+	byGroup := c.endpoints[h]
+	if e, ok := byGroup[g]; ok && e.ms == ms {
+		return e.res, false
+	}
+	if byGroup == nil {
+		byGroup = map[ProxyGroup]endpointsEntry{}
+		c.endpoints[h] = byGroup
+	}
+	res = LoadAssignments(ms, g)
+	byGroup[g] = endpointsEntry{ms: ms, res: res}
+	return res, true
+}
+
+// Forget drops everything memoized for hostname h; call it when h leaves the
+// registry. The next call for h rebuilds.
+func (c *Cache) Forget(h model.Hostname) {
+	delete(c.services, h)
+	delete(c.endpoints, h)
+}
+
+// ForgetGroup drops the load assignments memoized for proxy group g, for
+// every hostname; call it when the last proxy of g disconnects.
+func (c *Cache) ForgetGroup(g ProxyGroup) {
+	for h, byGroup := range c.endpoints {
+		delete(byGroup, g)
+		if len(byGroup) == 0 {
+			delete(c.endpoints, h)
+		}
+	}
+}

@@ -1,0 +1,51 @@
+// Package xdsgen generates the xDS resources that proxyless gRPC clients
+// (grpc-go's xDS resolver and balancers) need to reach meshfed services.
+//
+// Everything in this package is pure: the generators take model values and
+// return freshly built protos. There is no I/O, no goroutine, no clock and no
+// mutable global state, so the same input always yields proto.Equal output,
+// in a deterministic order suitable for golden files and for skipping no-op
+// pushes. Cache memoizes results but is likewise pure; it is not safe for
+// concurrent use.
+//
+// # Walk-through
+//
+// A gRPC client dials xds:///echo.demo.svc.cluster.local:8080. grpc-go then
+// walks one chain of resources, each naming the next, and meshfed generates one
+// chain per service port:
+//
+//	LDS  Listener             echo.demo.svc.cluster.local:8080       (ListenerName, Listeners)
+//	      └ API listener: HttpConnectionManager, RDS over ADS, router filter
+//	RDS  RouteConfiguration   echo.demo.svc.cluster.local:8080       (RouteName, Routes)
+//	      └ one virtual host whose domains are the FQDN, the Kubernetes
+//	        short forms, each with and without the port; prefix "/" → cluster
+//	CDS  Cluster              outbound|8080||echo.demo.svc.cluster.local  (ClusterName, Clusters)
+//	      └ type EDS over ADS, service_name = cluster name, ROUND_ROBIN
+//	EDS  ClusterLoadAssignment outbound|8080||echo.demo.svc.cluster.local (LoadAssignments)
+//
+// Listeners, routes and clusters depend only on the model.Service, so they are
+// the same for every proxy. Cache.Service rebuilds them only when the Service
+// changes, never on an endpoint change.
+//
+// Load assignments depend on who asks: endpoints are ordered into priorities
+// by proximity to the client, which grpc-go's priority balancer uses for
+// failover. Clients that would receive identical assignments form a
+// ProxyGroup (same cluster, same region); the hub generates and marshals each
+// assignment once per group and sends it to every member. The priorities are:
+//
+//	0  endpoints in the client's own cluster
+//	1  endpoints of other clusters in the client's region (if the client has one)
+//	2  everything else
+//
+// Empty classes are dropped and the rest renumbered from 0, because grpc-go
+// rejects an assignment whose priorities have a gap. Inside a priority,
+// endpoints are grouped into one LocalityLbEndpoints per (region, zone,
+// subzone), weighted by the number of endpoints in it. Only ready endpoints
+// that declare a target port for the service port are included, and an
+// address:port is emitted at most once (grpc-go rejects the whole assignment
+// otherwise); when two clusters claim the same address, the closer one wins.
+//
+// The name functions (ClusterName, ListenerName, RouteName) and their parsers
+// (ParseClusterName, ParseListenerName) let the hub map a resource name that a
+// client subscribes to back to a hostname and port.
+package xdsgen

@@ -1,0 +1,141 @@
+package xdsgen
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// ErrMalformedName is wrapped by the errors of ParseClusterName and
+// ParseListenerName.
+var ErrMalformedName = errors.New("xdsgen: malformed resource name")
+
+// clusterNamePrefix starts every cluster name; meshfed only generates the
+// outbound direction and no subsets, like Istio's "outbound|<port>||<fqdn>".
+const clusterNamePrefix = "outbound|"
+
+// ProxyGroup identifies the proxies that receive identical endpoint
+// assignments: those in the same cluster and region. The hub generates (and
+// marshals) load assignments once per group.
+type ProxyGroup struct {
+	// Cluster is the proxy's cluster, its CLUSTER_ID node metadata.
+	Cluster model.ClusterID
+	// Region is the proxy's locality region; empty when unknown.
+	Region string
+}
+
+// String returns "<cluster>/<region>", e.g. "cluster-1/us-east". It is pure.
+func (g ProxyGroup) String() string { return string(g.Cluster) + "/" + g.Region }
+
+// ClusterName returns the CDS (and EDS) resource name of port of service h,
+// "outbound|<port>||<hostname>". It is pure.
+func ClusterName(h model.Hostname, port uint32) string {
+	return clusterNamePrefix + strconv.FormatUint(uint64(port), 10) + "||" + string(h)
+}
+
+// ListenerName returns the LDS resource name of port of service h,
+// "<hostname>:<port>": the name grpc-go subscribes to when a client dials
+// xds:///<hostname>:<port>. It is pure.
+func ListenerName(h model.Hostname, port uint32) string {
+	return string(h) + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// RouteName returns the RDS resource name of port of service h. It is the same
+// string as ListenerName, so one parser serves both. It is pure.
+func RouteName(h model.Hostname, port uint32) string { return ListenerName(h, port) }
+
+// ParseClusterName is the inverse of ClusterName. It accepts only names that
+// ClusterName produces for a valid DNS hostname and a port in 1..65535 written
+// without leading zeros, so that ClusterName(ParseClusterName(s)) == s. Errors
+// wrap ErrMalformedName. It is pure.
+func ParseClusterName(name string) (model.Hostname, uint32, error) {
+	rest, ok := strings.CutPrefix(name, clusterNamePrefix)
+	if !ok {
+		return "", 0, malformed(name, "want prefix %q", clusterNamePrefix)
+	}
+	portStr, host, ok := strings.Cut(rest, "||")
+	if !ok {
+		return "", 0, malformed(name, `want "outbound|<port>||<hostname>"`)
+	}
+	port, err := parsePort(portStr)
+	if err != nil {
+		return "", 0, malformed(name, "%v", err)
+	}
+	if err := checkHostname(host); err != nil {
+		return "", 0, malformed(name, "%v", err)
+	}
+	return model.Hostname(host), port, nil
+}
+
+// ParseListenerName is the inverse of ListenerName (and RouteName), with the
+// same strictness as ParseClusterName. Errors wrap ErrMalformedName. It is
+// pure.
+func ParseListenerName(name string) (model.Hostname, uint32, error) {
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 {
+		return "", 0, malformed(name, `want "<hostname>:<port>"`)
+	}
+	port, err := parsePort(name[i+1:])
+	if err != nil {
+		return "", 0, malformed(name, "%v", err)
+	}
+	if err := checkHostname(name[:i]); err != nil {
+		return "", 0, malformed(name, "%v", err)
+	}
+	return model.Hostname(name[:i]), port, nil
+}
+
+func malformed(name, format string, args ...any) error {
+	return fmt.Errorf("%w %q: %s", ErrMalformedName, name, fmt.Sprintf(format, args...))
+}
+
+// parsePort parses a canonical decimal port: 1..65535, no sign, no leading
+// zero.
+func parsePort(s string) (uint32, error) {
+	if s == "" || len(s) > 5 || s[0] == '0' {
+		return 0, fmt.Errorf("bad port %q", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("bad port %q", s)
+		}
+	}
+	p, _ := strconv.Atoi(s) // at most 5 digits: cannot overflow
+	if !validPort(uint32(p)) {
+		return 0, fmt.Errorf("port %d out of range", p)
+	}
+	return uint32(p), nil
+}
+
+// validPort reports whether p can be dialled.
+func validPort(p uint32) bool { return p >= 1 && p <= 65535 }
+
+// checkHostname accepts a lowercase DNS name: dot-separated labels of 1 to 63
+// characters from [a-z0-9-] that neither start nor end with '-', at most 253
+// characters in all. Kubernetes service hostnames are of this form.
+func checkHostname(h string) error {
+	if h == "" {
+		return errors.New("empty hostname")
+	}
+	if len(h) > 253 {
+		return fmt.Errorf("hostname longer than 253 characters")
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 {
+			return fmt.Errorf("bad label %q in hostname %q", label, h)
+		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			return fmt.Errorf("label %q in hostname %q starts or ends with '-'", label, h)
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+				return fmt.Errorf("bad character %q in hostname %q", c, h)
+			}
+		}
+	}
+	return nil
+}
