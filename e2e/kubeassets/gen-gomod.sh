@@ -31,7 +31,8 @@ kmod="$(cd "$tmp" && go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | 
 # Modules kubernetes requires at v0.0.0 (= staging modules). Staging modules
 # that are only replaced but not required (e.g. k8s.io/sample-cli-plugin,
 # which is not even published on the proxy) are deliberately skipped.
-mapfile -t staging < <(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$kmod" | sort -u)
+staging=()
+while IFS= read -r m; do staging+=("$m"); done < <(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$kmod" | sort -u)
 [[ ${#staging[@]} -gt 0 ]] || { echo "gen-gomod: no v0.0.0 staging requirements found" >&2; exit 1; }
 
 for m in "${staging[@]}"; do

@@ -25,7 +25,8 @@
 //
 // Listeners, routes and clusters depend only on the model.Service, so they are
 // the same for every proxy. Cache.Service rebuilds them only when the Service
-// changes, never on an endpoint change.
+// changes, never on an endpoint change; Cache.LoadAssignments rebuilds a
+// group's assignments only when the registry hands out a new MergedService.
 //
 // Load assignments depend on who asks: endpoints are ordered into priorities
 // by proximity to the client, which grpc-go's priority balancer uses for

@@ -2,6 +2,7 @@ package xdsgen
 
 import (
 	"cmp"
+	"encoding/binary"
 	"net/netip"
 	"slices"
 	"strings"
@@ -46,10 +47,10 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 //     with a non-nil Locality and a weight equal to its number of endpoints
 //     (grpc-go drops localities of weight 0);
 //   - each endpoint HEALTHY with weight 1, at "<address>:<target port>"
-//     (IPv4-mapped IPv6 addresses unmapped);
-//   - each address:port at most once, since grpc-go NACKs duplicates: when
-//     several endpoints share one, the one in the best priority is kept (ties
-//     broken by locality, then cluster ID);
+//     (IPv4-mapped IPv6 addresses are unmapped, IPv6 zones dropped);
+//   - each address:port at most once, since grpc-go NACKs an assignment with
+//     duplicates: when several endpoints share one, the one in the best
+//     priority is kept (among equals, the first locality in sorted order);
 //   - localities sorted by priority, region, zone, subzone, endpoints by
 //     address and port, so equal inputs give proto.Equal outputs.
 //
@@ -72,28 +73,40 @@ func LoadAssignments(ms *model.MergedService, g ProxyGroup) []*endpointv3.Cluste
 	return out
 }
 
-// candidate is an endpoint eligible for one service port.
+// candidate is an endpoint eligible for one service port, reduced to
+// integers so that sorting and de-duplicating thousands of them is cheap.
 type candidate struct {
-	class    int
-	locality model.Locality
-	addr     netip.AddrPort
-	cluster  model.ClusterID
+	// key is class<<32 | the locality's rank in sorted order, so that
+	// candidates sort into output order by key, then address, and a run of
+	// equal keys is one LocalityLbEndpoints.
+	key uint64
+	hostPort
 }
 
-// compareCandidates orders candidates into the output order: by class, then
-// locality, then address. The cluster ID only breaks ties between duplicates,
-// making the choice among them deterministic.
+// hostPort is an IP address (IPv4 as IPv4-mapped IPv6, big-endian halves) and
+// port.
+type hostPort struct {
+	hi, lo uint64
+	port   uint16
+}
+
+func newHostPort(a netip.Addr, port uint16) hostPort {
+	b := a.As16()
+	return hostPort{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), port}
+}
+
+// addrPort converts back; IPv4 addresses come back unmapped.
+func (h hostPort) addrPort() netip.AddrPort {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], h.hi)
+	binary.BigEndian.PutUint64(b[8:], h.lo)
+	return netip.AddrPortFrom(netip.AddrFrom16(b).Unmap(), h.port)
+}
+
+func (c candidate) class() int { return int(c.key >> 32) }
+
 func compareCandidates(a, b candidate) int {
-	if c := cmp.Compare(a.class, b.class); c != 0 {
-		return c
-	}
-	if c := compareLocality(a.locality, b.locality); c != 0 {
-		return c
-	}
-	if c := a.addr.Compare(b.addr); c != 0 {
-		return c
-	}
-	return strings.Compare(string(a.cluster), string(b.cluster))
+	return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.hi, b.hi), cmp.Compare(a.lo, b.lo), cmp.Compare(a.port, b.port))
 }
 
 func compareLocality(a, b model.Locality) int {
@@ -109,15 +122,31 @@ func compareLocality(a, b model.Locality) int {
 // assignmentBuilder holds scratch space reused across the ports of a service.
 type assignmentBuilder struct {
 	cands []candidate
-	seen  map[netip.AddrPort]struct{}
+	seen  map[hostPort]struct{}
+	// Distinct localities: ids in order of first appearance, and the rank of
+	// each id in sorted order.
+	localityID map[model.Locality]uint32
+	localities []model.Locality
+	rank       []uint32
+	byRank     []model.Locality
 }
 
 // build computes the assignment of port sp of ms for group g.
 func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort, g ProxyGroup) *endpointv3.ClusterLoadAssignment {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: ClusterName(ms.Service.Hostname, sp.Port)}
 
-	// Collect the eligible endpoints and put them in output order.
+	// Collect the eligible endpoints, numbering their localities as they
+	// come. Sorting by small integer keys is several times faster than by
+	// locality strings.
+	if b.cands == nil {
+		b.cands = make([]candidate, 0, len(ms.Endpoints))
+		b.localityID = map[model.Locality]uint32{}
+	}
 	cands := b.cands[:0]
+	clear(b.localityID)
+	b.localities = b.localities[:0]
+	var lastLocality model.Locality
+	lastID := uint32(0)
 	for i := range ms.Endpoints {
 		ep := &ms.Endpoints[i]
 		if !ep.Ready || !ep.Address.IsValid() {
@@ -127,60 +156,82 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 		if !ok || !validPort(tp) {
 			continue
 		}
+		// Endpoints come mostly grouped by cluster and locality: skip the
+		// map lookup when the locality repeats.
+		if len(b.localities) == 0 || ep.Locality != lastLocality {
+			id, ok := b.localityID[ep.Locality]
+			if !ok {
+				id = uint32(len(b.localities))
+				b.localityID[ep.Locality] = id
+				b.localities = append(b.localities, ep.Locality)
+			}
+			lastLocality, lastID = ep.Locality, id
+		}
 		cands = append(cands, candidate{
-			class:    classify(ep, g),
-			locality: ep.Locality,
-			addr:     netip.AddrPortFrom(ep.Address.Unmap(), uint16(tp)),
-			cluster:  ep.Cluster,
+			key:      uint64(classify(ep, g))<<32 | uint64(lastID),
+			hostPort: newHostPort(ep.Address, uint16(tp)),
 		})
 	}
 	b.cands = cands
 	if len(cands) == 0 {
 		return cla
 	}
+
+	// Replace locality ids by ranks and sort into output order.
+	b.byRank = append(b.byRank[:0], b.localities...)
+	slices.SortFunc(b.byRank, compareLocality)
+	b.rank = slices.Grow(b.rank[:0], len(b.localities))[:len(b.localities)]
+	for r, l := range b.byRank {
+		b.rank[b.localityID[l]] = uint32(r)
+	}
+	for i := range cands {
+		c := &cands[i]
+		c.key = c.key&^0xffffffff | uint64(b.rank[uint32(c.key)])
+	}
 	slices.SortFunc(cands, compareCandidates)
 
 	// Drop repeated addresses, keeping the first (best) occurrence, and count
-	// the localities that remain.
+	// the localities that remain. Repeats with the same key are identical in
+	// the output, so which one is kept does not matter.
 	if b.seen == nil {
-		b.seen = make(map[netip.AddrPort]struct{}, len(cands))
+		b.seen = make(map[hostPort]struct{}, len(cands))
 	}
 	clear(b.seen)
 	kept := cands[:0]
 	groups := 0
 	for _, c := range cands {
-		if _, dup := b.seen[c.addr]; dup {
+		if _, dup := b.seen[c.hostPort]; dup {
 			continue
 		}
-		b.seen[c.addr] = struct{}{}
-		if n := len(kept); n == 0 || kept[n-1].class != c.class || kept[n-1].locality != c.locality {
+		b.seen[c.hostPort] = struct{}{}
+		if n := len(kept); n == 0 || kept[n-1].key != c.key {
 			groups++
 		}
 		kept = append(kept, c)
 	}
 
-	// Emit one LocalityLbEndpoints per run of equal (class, locality),
-	// numbering the classes present 0, 1, ... The protos are carved out of
-	// slabs, which turns about ten allocations per endpoint into a handful per
-	// assignment; every element is used in place and belongs to this
-	// assignment only.
+	// Emit one LocalityLbEndpoints per run of equal keys, numbering the
+	// classes present 0, 1, ... The protos are carved out of slabs, which
+	// turns about ten allocations per endpoint into a handful per assignment;
+	// every element is used in place and belongs to this assignment only.
 	eps := make([]endpointBlock, len(kept))
 	lbs := make([]*endpointv3.LbEndpoint, len(kept))
 	for i, c := range kept {
-		lbs[i] = eps[i].init(c.addr)
+		lbs[i] = eps[i].init(c.addrPort())
 	}
 	locs := make([]localityBlock, groups)
 	cla.Endpoints = make([]*endpointv3.LocalityLbEndpoints, groups)
 	priority := uint32(0)
-	for g, start := 0, 0; start < len(kept); g++ {
+	for i, start := 0, 0; start < len(kept); i++ {
 		end := start + 1
-		for end < len(kept) && kept[end].class == kept[start].class && kept[end].locality == kept[start].locality {
+		for end < len(kept) && kept[end].key == kept[start].key {
 			end++
 		}
-		if start > 0 && kept[start].class != kept[start-1].class {
+		if start > 0 && kept[start].class() != kept[start-1].class() {
 			priority++
 		}
-		cla.Endpoints[g] = locs[g].init(kept[start].locality, priority, lbs[start:end:end])
+		l := b.byRank[uint32(kept[start].key)]
+		cla.Endpoints[i] = locs[i].init(l, priority, lbs[start:end:end])
 		start = end
 	}
 	return cla

@@ -1,0 +1,181 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
+
+	"github.com/meshfed/meshfed/hub/monitoring"
+	"github.com/meshfed/meshfed/hub/remotes"
+	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/hub/xds"
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// Options configure the hub. DefaultOptions gives the defaults.
+type Options struct {
+	// Kubeconfig of the config cluster; empty means in-cluster config.
+	Kubeconfig string
+	// Namespace of the remote secrets in the config cluster.
+	Namespace string
+	// XDSAddr is the plaintext ADS listen address.
+	XDSAddr string
+	// MonitoringAddr serves /metrics, /healthz, /readyz and /debug/.
+	MonitoringAddr string
+	// ReplicaID names this hub replica.
+	ReplicaID string
+	// ClusterSyncTimeout bounds how long readiness waits for remote
+	// clusters to list; slower clusters are reported unreachable.
+	ClusterSyncTimeout time.Duration
+	// DomainSuffix of service hostnames.
+	DomainSuffix string
+	// DiscoverySelector is a label selector of namespaces whose services
+	// are discovered; empty means every namespace.
+	DiscoverySelector string
+	Log               logr.Logger
+	Clock             clock.WithTicker
+}
+
+// DefaultOptions returns the hub's defaults, the ports those of istiod.
+func DefaultOptions() Options {
+	return Options{
+		Namespace:      "istio-system",
+		XDSAddr:        ":15010",
+		MonitoringAddr: ":15014",
+		// 30s is long enough for a large remote cluster to list on a
+		// healthy network, short enough that one dead cluster does not keep
+		// a new replica out of its load balancer for long.
+		ClusterSyncTimeout: 30 * time.Second,
+		DomainSuffix:       model.DefaultDomainSuffix,
+		Log:                logr.Discard(),
+		Clock:              clock.RealClock{},
+	}
+}
+
+// Run runs the hub until ctx ends.
+func Run(ctx context.Context, opts Options) error {
+	if opts.ReplicaID == "" {
+		return errors.New("hub: replica ID is required")
+	}
+	cfg, err := configClusterConfig(opts.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	var selector labels.Selector
+	if opts.DiscoverySelector != "" {
+		if selector, err = labels.Parse(opts.DiscoverySelector); err != nil {
+			return fmt.Errorf("hub: discovery selector: %w", err)
+		}
+	}
+	log := opts.Log.WithValues("replica", opts.ReplicaID)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	st := store.New()
+	status := remotes.NewStatus(opts.Clock, reg)
+	watcher := remotes.NewWatcher(remotes.WatcherOptions{
+		Sink: st, Status: status, DomainSuffix: opts.DomainSuffix,
+		DiscoverySelector: selector, SyncTimeout: opts.ClusterSyncTimeout,
+		Clock: opts.Clock, Log: log.WithName("watcher"),
+	})
+	provider := remotes.NewProvider(remotes.ProviderOptions{
+		Remover: st, Status: status, Log: log.WithName("remotes"),
+	})
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := mcmanager.New(cfg, provider, manager.Options{
+		Scheme:                 scheme,
+		Cache:                  remotes.SecretCacheOptions(opts.Namespace),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 log.WithName("manager"),
+	})
+	if err != nil {
+		return fmt.Errorf("hub: manager: %w", err)
+	}
+	provider.SetupWithManager(mgr.GetLocalManager())
+	if err := mgr.Add(watcher); err != nil {
+		return err
+	}
+
+	xdsServer := xds.New(xds.Options{Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg})
+	ready := newReadiness(opts, provider, status)
+	mon := monitoring.New(monitoring.Options{
+		Addr:     opts.MonitoringAddr,
+		Gatherer: reg,
+		Ready:    ready.check,
+		Debug: map[string]func(*http.Request) any{
+			"registryz": func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
+		},
+		Log: log.WithName("monitoring"),
+	})
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return mgr.Start(ctx) })
+	g.Go(func() error { return xdsServer.Run(ctx) })
+	g.Go(func() error { return mon.Run(ctx) })
+	return g.Wait()
+}
+
+func configClusterConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("hub: in-cluster config (pass --kubeconfig outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("hub: config cluster kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// readiness latches: once the hub has served its first full view it stays
+// ready, so a cluster added later never takes a replica out of its load
+// balancer.
+type readiness struct {
+	opts     Options
+	provider *remotes.Provider
+	status   *remotes.Status
+	start    time.Time
+	ready    atomic.Bool
+}
+
+func newReadiness(opts Options, p *remotes.Provider, s *remotes.Status) *readiness {
+	return &readiness{opts: opts, provider: p, status: s, start: opts.Clock.Now()}
+}
+
+func (r *readiness) check() (bool, string) {
+	if r.ready.Load() {
+		return true, ""
+	}
+	switch {
+	case !r.provider.Synced():
+		return false, "remote secrets not read yet"
+	case r.status.Syncing() && r.opts.Clock.Since(r.start) < r.opts.ClusterSyncTimeout:
+		return false, "remote clusters still syncing"
+	}
+	r.ready.Store(true)
+	return true, ""
+}

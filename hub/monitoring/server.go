@@ -1,0 +1,88 @@
+package monitoring
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Addr is the listen address, e.g. ":15014".
+	Addr     string
+	Gatherer prometheus.Gatherer
+	// Ready reports whether the hub is ready, and if not, why.
+	Ready func() (bool, string)
+	// Debug maps a path under /debug/ to a function returning a JSON value.
+	Debug map[string]func(*http.Request) any
+	Log   logr.Logger
+}
+
+// Server is the monitoring HTTP server.
+type Server struct {
+	opts Options
+	mux  *http.ServeMux
+}
+
+// New returns a Server; Run serves it.
+func New(opts Options) *Server {
+	s := &Server{opts: opts, mux: http.NewServeMux()}
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	for path, fn := range opts.Debug {
+		s.mux.HandleFunc("GET /debug/"+path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(fn(r))
+		})
+	}
+	return s
+}
+
+// Handler returns the server's handler, for tests.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if ok, why := s.opts.Ready(); !ok {
+		http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+// Run serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	lis, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("monitoring: %w", err)
+	}
+	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	s.opts.Log.Info("serving monitoring", "addr", lis.Addr().String())
+	select {
+	case <-ctx.Done():
+		shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutCtx)
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("monitoring: %w", err)
+	}
+}

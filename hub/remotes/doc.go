@@ -1,0 +1,18 @@
+// Package remotes connects the hub to remote Kubernetes clusters.
+//
+// Provider is a multicluster-runtime provider fed by Istio-format remote
+// secrets in the config cluster: each valid entry becomes a cluster.Cluster
+// that lives as long as its context, engaged with the multicluster manager;
+// a changed kubeconfig (a rotated token) starts a replacement cluster, and a
+// deleted entry cancels the cluster and removes its state from the store.
+//
+// Watcher is the multicluster.Aware component engaged for each cluster. It
+// watches Services, EndpointSlices, Pods, Nodes and Namespaces through the
+// cluster's cache, with transforms that keep only the fields the registry
+// needs, and turns them into model.ServiceShards: once the cluster's
+// informers have synced it publishes the whole cluster in one step, then one
+// shard per changed Service.
+//
+// Status records, per cluster, the secret that defines it, its sync state and
+// its last error, for /readyz, /debug/registryz and the metrics.
+package remotes

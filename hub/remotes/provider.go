@@ -1,0 +1,383 @@
+package remotes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/remotesecret"
+)
+
+// ClusterRemover drops the state of a cluster that is no longer defined.
+type ClusterRemover interface {
+	RemoveCluster(model.ClusterID)
+}
+
+// ProviderOptions configure a Provider.
+type ProviderOptions struct {
+	// Remover drops the state of removed clusters (the hub's store).
+	Remover ClusterRemover
+	Status  *Status
+	Log     logr.Logger
+	// NewCluster builds a cluster from its client configuration; nil means
+	// NewRemoteCluster.
+	NewCluster func(id model.ClusterID, cfg *rest.Config, st *Status) (cluster.Cluster, error)
+}
+
+// remote is one running remote cluster.
+type remote struct {
+	secret     string
+	kubeconfig []byte
+	cl         cluster.Cluster
+	cancel     context.CancelFunc
+	done       chan struct{} // closed when cl.Start has returned
+}
+
+// Provider is a multicluster-runtime provider of the clusters named by the
+// remote secrets of the config cluster. Call SetupWithManager before the
+// manager starts; the manager runs it.
+type Provider struct {
+	opts  ProviderOptions
+	local manager.Manager
+
+	mu       sync.RWMutex // guards clusters
+	clusters map[model.ClusterID]*remote
+
+	// Owned by the reconcile goroutine, read under mu by nobody else.
+	owners  map[model.ClusterID]string              // cluster -> secret defining it
+	entries map[string]map[model.ClusterID]struct{} // secret -> its cluster IDs (valid or not)
+	indexes []func(context.Context, cluster.Cluster) error
+
+	synced atomic.Bool
+	wg     sync.WaitGroup // running clusters
+}
+
+var (
+	_ multicluster.Provider         = (*Provider)(nil)
+	_ multicluster.ProviderRunnable = (*Provider)(nil)
+)
+
+// NewProvider returns a Provider.
+func NewProvider(opts ProviderOptions) *Provider {
+	if opts.NewCluster == nil {
+		opts.NewCluster = NewRemoteCluster
+	}
+	return &Provider{
+		opts:     opts,
+		clusters: map[model.ClusterID]*remote{},
+		owners:   map[model.ClusterID]string{},
+		entries:  map[string]map[model.ClusterID]struct{}{},
+	}
+}
+
+// SetupWithManager gives the provider the config cluster's manager, whose
+// cache must be limited to remote secrets (see SecretCacheOptions).
+func (p *Provider) SetupWithManager(local manager.Manager) { p.local = local }
+
+// SecretCacheOptions limits a config-cluster cache to the remote secrets of
+// namespace ns.
+func SecretCacheOptions(ns string) cache.Options {
+	sel, _ := metaLabelSelector(remotesecret.MultiClusterLabel + "=true")
+	return cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {Namespaces: map[string]cache.Config{ns: {}}, Label: sel},
+		},
+	}
+}
+
+// Get returns the running cluster named name.
+func (p *Provider) Get(_ context.Context, name multicluster.ClusterName) (cluster.Cluster, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if r, ok := p.clusters[model.ClusterID(name)]; ok {
+		return r.cl, nil
+	}
+	return nil, fmt.Errorf("cluster %s: %w", name, multicluster.ErrClusterNotFound)
+}
+
+// IndexField adds a field index to every cluster, present and future.
+func (p *Provider) IndexField(ctx context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+	idx := func(ctx context.Context, cl cluster.Cluster) error {
+		return cl.GetFieldIndexer().IndexField(ctx, obj, field, extract)
+	}
+	p.mu.Lock()
+	p.indexes = append(p.indexes, idx)
+	running := slices.Collect(maps.Values(p.clusters))
+	p.mu.Unlock()
+	for _, r := range running {
+		if err := idx(ctx, r.cl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Synced reports whether every remote secret present at start has been
+// processed.
+func (p *Provider) Synced() bool { return p.synced.Load() }
+
+// Start watches the remote secrets and engages their clusters with aware
+// until ctx ends; then it stops every cluster and waits for them.
+func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
+	if p.local == nil {
+		return errors.New("remotes: provider started without SetupWithManager")
+	}
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]())
+	defer queue.ShutDown()
+	inf, err := p.local.GetCache().GetInformer(ctx, &corev1.Secret{})
+	if err != nil {
+		return fmt.Errorf("remotes: watching remote secrets: %w", err)
+	}
+	enqueue := func(obj any) {
+		if o := metaOf(obj); o != nil {
+			queue.Add(types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()})
+		}
+	}
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = inf.RemoveEventHandler(reg) }()
+	if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		return ctx.Err()
+	}
+	// Every secret present at start is queued now; process them before
+	// declaring the provider synced.
+	initial := queue.Len()
+	go func() {
+		<-ctx.Done()
+		queue.ShutDown()
+	}()
+	for processed := 0; ; processed++ {
+		if processed >= initial && !p.synced.Load() {
+			p.synced.Store(true)
+		}
+		key, quit := queue.Get()
+		if quit {
+			break
+		}
+		if err := p.reconcile(ctx, key, aware); err != nil {
+			p.opts.Log.Error(err, "reconciling remote secret", "secret", key)
+			queue.AddRateLimited(key)
+		} else {
+			queue.Forget(key)
+		}
+		queue.Done(key)
+	}
+	p.stopAll()
+	return nil
+}
+
+// reconcile brings the running clusters in line with one secret.
+func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, aware multicluster.Aware) error {
+	name := key.String()
+	log := p.opts.Log.WithValues("secret", name)
+	var secret corev1.Secret
+	err := p.local.GetCache().Get(ctx, key, &secret)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	var parsed remotesecret.Parsed
+	if err == nil {
+		parsed, err = remotesecret.Parse(secret.Data)
+		if err != nil {
+			log.Error(err, "remote secret rejected")
+			p.opts.Status.SetSecretError(name, err.Error())
+			p.opts.Status.CountError(name, ReasonNoClusters)
+		} else {
+			p.opts.Status.SetSecretError(name, "")
+		}
+	} else {
+		p.opts.Status.SetSecretError(name, "")
+	}
+
+	now := map[model.ClusterID]struct{}{}
+	for _, inv := range parsed.Invalid {
+		now[inv.ID] = struct{}{}
+		if owner, ok := p.owners[inv.ID]; ok && owner != name {
+			continue // another secret defines it; this entry is a duplicate
+		}
+		p.owners[inv.ID] = name
+		reason := ReasonInvalidKubeconfig
+		if errors.Is(inv.Err, remotesecret.ErrInvalidClusterID) {
+			reason = ReasonInvalidClusterID
+		}
+		p.opts.Status.CountError(string(inv.ID), reason)
+		msg := inv.Err.Error()
+		state := StateInvalid
+		if p.running(inv.ID) {
+			// Keep serving with the credentials that worked: a bad edit
+			// must not take a healthy cluster down.
+			msg = "new kubeconfig rejected, still using the previous one: " + msg
+			if st, ok := p.opts.Status.Get(inv.ID); ok {
+				state = st.State
+			}
+		}
+		log.Error(inv.Err, "remote cluster entry rejected", "cluster", inv.ID)
+		p.opts.Status.Set(inv.ID, name, state, msg)
+	}
+	for _, c := range parsed.Clusters {
+		now[c.ID] = struct{}{}
+		if owner, ok := p.owners[c.ID]; ok && owner != name {
+			err := fmt.Errorf("cluster %s is already defined by secret %s", c.ID, owner)
+			log.Error(err, "remote cluster entry ignored", "cluster", c.ID)
+			p.opts.Status.SetSecretError(name, err.Error())
+			p.opts.Status.CountError(string(c.ID), ReasonDuplicateCluster)
+			continue
+		}
+		p.owners[c.ID] = name
+		p.startCluster(ctx, c, name, aware, log)
+	}
+	for id := range p.entries[name] {
+		if _, still := now[id]; !still && p.owners[id] == name {
+			p.removeCluster(id)
+			log.Info("remote cluster removed", "cluster", id)
+		}
+	}
+	if len(now) == 0 {
+		delete(p.entries, name)
+	} else {
+		p.entries[name] = now
+	}
+	return nil
+}
+
+func (p *Provider) running(id model.ClusterID) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	_, ok := p.clusters[id]
+	return ok
+}
+
+// startCluster starts (or, for new credentials, replaces) cluster c. The old
+// cluster is stopped only after the new one is engaged, and its state stays
+// in the store until the new watcher publishes: a token rotation is not seen
+// by any proxy.
+func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, secret string, aware multicluster.Aware, log logr.Logger) {
+	p.mu.RLock()
+	old := p.clusters[c.ID]
+	indexes := slices.Clone(p.indexes)
+	p.mu.RUnlock()
+	if old != nil && bytes.Equal(old.kubeconfig, c.Kubeconfig) {
+		return
+	}
+	p.opts.Status.Set(c.ID, secret, StateSyncing, "")
+	cl, err := p.opts.NewCluster(c.ID, c.Config, p.opts.Status)
+	if err != nil {
+		log.Error(err, "cannot create cluster client", "cluster", c.ID)
+		p.opts.Status.Set(c.ID, secret, StateInvalid, err.Error())
+		p.opts.Status.CountError(string(c.ID), ReasonClientError)
+		return
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	r := &remote{secret: secret, kubeconfig: c.Kubeconfig, cl: cl, cancel: cancel, done: make(chan struct{})}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(r.done)
+		if err := cl.Start(cctx); err != nil && cctx.Err() == nil {
+			log.Error(err, "remote cluster stopped", "cluster", c.ID)
+		}
+	}()
+	for _, idx := range indexes {
+		if err := idx(cctx, cl); err != nil {
+			log.Error(err, "indexing remote cluster", "cluster", c.ID)
+		}
+	}
+	p.mu.Lock()
+	p.clusters[c.ID] = r
+	p.mu.Unlock()
+	if err := aware.Engage(cctx, multicluster.ClusterName(c.ID), cl); err != nil {
+		log.Error(err, "engaging remote cluster", "cluster", c.ID)
+		p.opts.Status.Set(c.ID, secret, StateInvalid, err.Error())
+	}
+	if old != nil {
+		old.cancel()
+		log.Info("remote cluster credentials replaced", "cluster", c.ID)
+	} else {
+		log.Info("remote cluster added", "cluster", c.ID)
+	}
+}
+
+// removeCluster stops cluster id and drops its state.
+func (p *Provider) removeCluster(id model.ClusterID) {
+	p.mu.Lock()
+	r := p.clusters[id]
+	delete(p.clusters, id)
+	p.mu.Unlock()
+	if r != nil {
+		r.cancel()
+	}
+	delete(p.owners, id)
+	p.opts.Remover.RemoveCluster(id)
+	p.opts.Status.Delete(id)
+}
+
+func (p *Provider) stopAll() {
+	p.mu.Lock()
+	for _, r := range p.clusters {
+		r.cancel()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// NewRemoteCluster builds the cluster.Cluster of a remote: a cache of the
+// five watched kinds only, objects shrunk by transformObject, no deep copies
+// on read (the watcher never mutates), a static REST mapper, and watch
+// errors reported to st.
+func NewRemoteCluster(id model.ClusterID, cfg *rest.Config, st *Status) (cluster.Cluster, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "meshfed-hub"
+	cfg.QPS, cfg.Burst = 50, 100
+	return cluster.New(cfg, func(o *cluster.Options) {
+		o.Scheme = watchedScheme()
+		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return staticRESTMapper(), nil }
+		o.Cache = cache.Options{
+			DefaultTransform:             transformObject,
+			DefaultUnsafeDisableDeepCopy: ptr.To(true),
+			DefaultWatchErrorHandler: func(ctx context.Context, _ *toolscache.Reflector, err error) {
+				if ctx.Err() != nil || isRoutineWatchEnd(err) {
+					return
+				}
+				st.Set(id, "", StateUnreachable, err.Error())
+				st.CountError(string(id), ReasonWatchError)
+			},
+		}
+	})
+}
+
+func metaLabelSelector(s string) (labels.Selector, error) { return labels.Parse(s) }
+
+// isRoutineWatchEnd tells the watch endings every informer meets in normal
+// operation (a closed stream, an expired resource version) from failures.
+func isRoutineWatchEnd(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || errors.Is(err, context.Canceled)
+}

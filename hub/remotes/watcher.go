@@ -1,0 +1,447 @@
+package remotes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// ShardSink receives what cluster watchers compute. *store.Store is one.
+type ShardSink interface {
+	NextGeneration() model.Generation
+	ReplaceCluster(c model.ClusterID, gen model.Generation, shards map[model.Hostname]*model.ServiceShard) error
+	UpdateShard(c model.ClusterID, gen model.Generation, h model.Hostname, shard *model.ServiceShard) error
+}
+
+// WatcherOptions configure a Watcher.
+type WatcherOptions struct {
+	Sink   ShardSink
+	Status *Status
+	// DomainSuffix builds hostnames; default cluster.local.
+	DomainSuffix string
+	// DiscoverySelector, when not nil, limits discovery to Services in
+	// namespaces whose labels it matches (Istio's discoverySelectors).
+	DiscoverySelector labels.Selector
+	// SyncTimeout is how long a cluster may take to list before it is
+	// reported unreachable (it keeps trying). Default 30s.
+	SyncTimeout time.Duration
+	// ProbeInterval is how often an unreachable cluster is probed to tell
+	// when it is back. Default 5s.
+	ProbeInterval time.Duration
+	Clock         clock.WithTicker
+	Log           logr.Logger
+}
+
+// Watcher turns the objects of every engaged remote cluster into service
+// shards. It implements multicluster.Aware and manager.Runnable.
+type Watcher struct {
+	opts WatcherOptions
+
+	mu      sync.Mutex // guards engaged
+	engaged map[model.ClusterID]cluster.Cluster
+
+	wg sync.WaitGroup // one per running cluster watch
+}
+
+var _ multicluster.Aware = (*Watcher)(nil)
+
+// NewWatcher returns a Watcher.
+func NewWatcher(opts WatcherOptions) *Watcher {
+	if opts.DomainSuffix == "" {
+		opts.DomainSuffix = model.DefaultDomainSuffix
+	}
+	if opts.SyncTimeout == 0 {
+		opts.SyncTimeout = 30 * time.Second
+	}
+	if opts.ProbeInterval == 0 {
+		opts.ProbeInterval = 5 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Watcher{opts: opts, engaged: map[model.ClusterID]cluster.Cluster{}}
+}
+
+// Start blocks until ctx ends and every cluster watch has stopped.
+func (w *Watcher) Start(ctx context.Context) error {
+	<-ctx.Done()
+	w.wg.Wait()
+	return nil
+}
+
+// Engage starts watching cl until ctx ends. It does not block: listing an
+// unreachable cluster must not hold up the others.
+func (w *Watcher) Engage(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster) error {
+	id := model.ClusterID(name)
+	w.mu.Lock()
+	if w.engaged[id] == cl {
+		w.mu.Unlock()
+		return nil
+	}
+	w.engaged[id] = cl
+	w.mu.Unlock()
+
+	cw := &clusterWatch{
+		w:      w,
+		id:     id,
+		gen:    w.opts.Sink.NextGeneration(),
+		cl:     cl,
+		log:    w.opts.Log.WithValues("cluster", id),
+		podSvc: map[types.NamespacedName]map[types.NamespacedName]struct{}{},
+		nodSvc: map[string]map[types.NamespacedName]struct{}{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: ""}),
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer func() {
+			w.mu.Lock()
+			if w.engaged[id] == cl {
+				delete(w.engaged, id)
+			}
+			w.mu.Unlock()
+		}()
+		cw.run(ctx)
+	}()
+	return nil
+}
+
+// clusterWatch is the watch of one cluster by one generation of watcher.
+type clusterWatch struct {
+	w   *Watcher
+	id  model.ClusterID
+	gen model.Generation
+	cl  cluster.Cluster
+	log logr.Logger
+
+	queue workqueue.TypedRateLimitingInterface[types.NamespacedName]
+
+	mu sync.Mutex // guards podSvc and nodSvc
+	// podSvc and nodSvc index the services whose shards used a Pod or a
+	// Node, so a change of either recomputes exactly those services.
+	podSvc map[types.NamespacedName]map[types.NamespacedName]struct{}
+	nodSvc map[string]map[types.NamespacedName]struct{}
+}
+
+func (cw *clusterWatch) run(ctx context.Context) {
+	defer cw.queue.ShutDown()
+	status := cw.w.opts.Status
+	secret := ""
+	if st, ok := status.Get(cw.id); ok {
+		secret = st.Secret
+	}
+	start := cw.w.opts.Clock.Now()
+	if err := cw.addHandlers(ctx); err != nil {
+		if ctx.Err() == nil {
+			cw.log.Error(err, "cannot watch cluster")
+			status.Set(cw.id, secret, StateUnreachable, err.Error())
+			status.CountError(string(cw.id), ReasonClientError)
+		}
+		return
+	}
+	if !cw.waitForSync(ctx, secret) {
+		return // ctx ended: the cluster was removed or replaced
+	}
+	shards, err := cw.computeAll(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			cw.log.Error(err, "initial listing failed")
+			status.Set(cw.id, secret, StateUnreachable, err.Error())
+		}
+		return
+	}
+	if err := cw.w.opts.Sink.ReplaceCluster(cw.id, cw.gen, shards); err != nil {
+		cw.log.Info("state not published", "reason", err.Error())
+		return
+	}
+	status.Set(cw.id, secret, StateSynced, "")
+	cw.log.Info("cluster synced", "services", len(shards), "took", cw.w.opts.Clock.Since(start).String())
+
+	go cw.probeWhileUnreachable(ctx)
+	for cw.processNext(ctx) {
+	}
+}
+
+// waitForSync waits for the cluster's informers, reporting the cluster
+// unreachable when they take longer than SyncTimeout; it returns false when
+// ctx ends first.
+func (cw *clusterWatch) waitForSync(ctx context.Context, secret string) bool {
+	synced := make(chan bool, 1)
+	go func() { synced <- cw.cl.GetCache().WaitForCacheSync(ctx) }()
+	timeout := cw.w.opts.Clock.NewTimer(cw.w.opts.SyncTimeout)
+	defer timeout.Stop()
+	for {
+		select {
+		case ok := <-synced:
+			return ok
+		case <-timeout.C():
+			msg := fmt.Sprintf("not synced after %s", cw.w.opts.SyncTimeout)
+			if st, ok := cw.w.opts.Status.Get(cw.id); ok && st.Error != "" {
+				msg += ": " + st.Error
+			}
+			cw.log.Info("cluster not synced yet", "timeout", cw.w.opts.SyncTimeout.String())
+			cw.w.opts.Status.Set(cw.id, secret, StateUnreachable, msg)
+		}
+	}
+}
+
+// addHandlers registers event handlers on the cluster's informers. The
+// informers start without blocking; WaitForCacheSync waits for them.
+func (cw *clusterWatch) addHandlers(ctx context.Context) error {
+	c := cw.cl.GetCache()
+	add := func(obj client.Object, h toolscache.ResourceEventHandler) error {
+		inf, err := c.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			return fmt.Errorf("informer for %T: %w", obj, err)
+		}
+		_, err = inf.AddEventHandler(h)
+		return err
+	}
+	svcKey := func(obj any) {
+		if o := metaOf(obj); o != nil {
+			cw.queue.Add(types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()})
+		}
+	}
+	sliceKey := func(obj any) {
+		if o := metaOf(obj); o != nil {
+			if name := o.GetLabels()[discoveryv1.LabelServiceName]; name != "" {
+				cw.queue.Add(types.NamespacedName{Namespace: o.GetNamespace(), Name: name})
+			}
+		}
+	}
+	podKey := func(obj any) {
+		if o := metaOf(obj); o != nil {
+			cw.enqueueIndexed(func() map[types.NamespacedName]struct{} {
+				return cw.podSvc[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}]
+			})
+		}
+	}
+	nodeKey := func(obj any) {
+		if o := metaOf(obj); o != nil {
+			cw.enqueueIndexed(func() map[types.NamespacedName]struct{} { return cw.nodSvc[o.GetName()] })
+		}
+	}
+	nsKey := func(obj any) {
+		if o := metaOf(obj); o != nil && cw.w.opts.DiscoverySelector != nil {
+			cw.enqueueNamespace(ctx, o.GetName())
+		}
+	}
+	for _, reg := range []struct {
+		obj client.Object
+		fn  func(any)
+	}{
+		{&corev1.Service{}, svcKey},
+		{&discoveryv1.EndpointSlice{}, sliceKey},
+		{&corev1.Pod{}, podKey},
+		{&corev1.Node{}, nodeKey},
+		{&corev1.Namespace{}, nsKey},
+	} {
+		fn := reg.fn
+		h := toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { fn(obj) },
+			UpdateFunc: func(_, obj any) { fn(obj) },
+			DeleteFunc: func(obj any) { fn(obj) },
+		}
+		if err := add(reg.obj, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func metaOf(obj any) client.Object {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	o, _ := obj.(client.Object)
+	return o
+}
+
+func (cw *clusterWatch) enqueueIndexed(set func() map[types.NamespacedName]struct{}) {
+	cw.mu.Lock()
+	keys := make([]types.NamespacedName, 0, len(set()))
+	for k := range set() {
+		keys = append(keys, k)
+	}
+	cw.mu.Unlock()
+	for _, k := range keys {
+		cw.queue.Add(k)
+	}
+}
+
+func (cw *clusterWatch) enqueueNamespace(ctx context.Context, ns string) {
+	var svcs corev1.ServiceList
+	if err := cw.cl.GetCache().List(ctx, &svcs, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for i := range svcs.Items {
+		cw.queue.Add(types.NamespacedName{Namespace: ns, Name: svcs.Items[i].Name})
+	}
+}
+
+func (cw *clusterWatch) processNext(ctx context.Context) bool {
+	key, quit := cw.queue.Get()
+	if quit {
+		return false
+	}
+	defer cw.queue.Done(key)
+	shard, h, err := cw.compute(ctx, key)
+	if err == nil {
+		err = cw.w.opts.Sink.UpdateShard(cw.id, cw.gen, h, shard)
+		if errors.Is(err, model.ErrStaleGeneration) {
+			return false // replaced or removed: this watch is over
+		}
+	}
+	if err != nil {
+		cw.log.Error(err, "recomputing service", "service", key)
+		cw.queue.AddRateLimited(key)
+		return true
+	}
+	cw.queue.Forget(key)
+	return true
+}
+
+// computeAll lists every Service of the cluster into shards.
+func (cw *clusterWatch) computeAll(ctx context.Context) (map[model.Hostname]*model.ServiceShard, error) {
+	var svcs corev1.ServiceList
+	if err := cw.cl.GetCache().List(ctx, &svcs); err != nil {
+		return nil, err
+	}
+	out := make(map[model.Hostname]*model.ServiceShard, len(svcs.Items))
+	for i := range svcs.Items {
+		s := &svcs.Items[i]
+		shard, h, err := cw.compute(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
+		if err != nil {
+			return nil, err
+		}
+		if shard != nil {
+			out[h] = shard
+		}
+	}
+	return out, nil
+}
+
+// compute builds the shard of Service key from the cache; nil when the
+// Service is gone or outside the discovery selector.
+func (cw *clusterWatch) compute(ctx context.Context, key types.NamespacedName) (*model.ServiceShard, model.Hostname, error) {
+	c := cw.cl.GetCache()
+	h := model.ServiceHostname(key.Name, key.Namespace, cw.w.opts.DomainSuffix)
+	var svc corev1.Service
+	if err := c.Get(ctx, key, &svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			cw.index(key, nil, nil)
+			return nil, h, nil
+		}
+		return nil, h, err
+	}
+	if sel := cw.w.opts.DiscoverySelector; sel != nil {
+		var ns corev1.Namespace
+		if err := c.Get(ctx, types.NamespacedName{Name: key.Namespace}, &ns); err != nil || !sel.Matches(labels.Set(ns.Labels)) {
+			cw.index(key, nil, nil)
+			return nil, h, client.IgnoreNotFound(err)
+		}
+	}
+	var list discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &list, client.InNamespace(key.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+		return nil, h, err
+	}
+	slices := make([]*discoveryv1.EndpointSlice, len(list.Items))
+	for i := range list.Items {
+		slices[i] = &list.Items[i]
+	}
+	var pods []types.NamespacedName
+	var nodes []string
+	look := endpointLookup{
+		node: func(name string) *corev1.Node {
+			nodes = append(nodes, name)
+			var n corev1.Node
+			if c.Get(ctx, types.NamespacedName{Name: name}, &n) != nil {
+				return nil
+			}
+			return &n
+		},
+		pod: func(ns, name string) *corev1.Pod {
+			k := types.NamespacedName{Namespace: ns, Name: name}
+			pods = append(pods, k)
+			var p corev1.Pod
+			if c.Get(ctx, k, &p) != nil {
+				return nil
+			}
+			return &p
+		},
+	}
+	shard := &model.ServiceShard{
+		Service:   serviceFromKube(&svc, cw.w.opts.DomainSuffix),
+		Endpoints: endpointsFromSlices(cw.id, slices, look),
+	}
+	cw.index(key, pods, nodes)
+	return shard, h, nil
+}
+
+// index records which Pods and Nodes service key's shard depends on.
+func (cw *clusterWatch) index(key types.NamespacedName, pods []types.NamespacedName, nodes []string) {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	// Forget old links of key lazily: a stale link only costs one
+	// recomputation that finds nothing changed.
+	for _, p := range pods {
+		set := cw.podSvc[p]
+		if set == nil {
+			set = map[types.NamespacedName]struct{}{}
+			cw.podSvc[p] = set
+		}
+		set[key] = struct{}{}
+	}
+	for _, n := range nodes {
+		set := cw.nodSvc[n]
+		if set == nil {
+			set = map[types.NamespacedName]struct{}{}
+			cw.nodSvc[n] = set
+		}
+		set[key] = struct{}{}
+	}
+}
+
+// probeWhileUnreachable notices when a cluster whose watches failed answers
+// again, and marks it synced: its informers relist on their own.
+func (cw *clusterWatch) probeWhileUnreachable(ctx context.Context) {
+	t := cw.w.opts.Clock.NewTicker(cw.w.opts.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		st, ok := cw.w.opts.Status.Get(cw.id)
+		if !ok || st.State != StateUnreachable {
+			continue
+		}
+		var nsl corev1.NamespaceList
+		if err := cw.cl.GetAPIReader().List(ctx, &nsl, client.Limit(1)); err == nil {
+			cw.w.opts.Status.Set(cw.id, "", StateSynced, "")
+			cw.log.Info("cluster reachable again")
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/meshfed/meshfed/pkg/xdsgen"
+)
+
+// groupCache routes each watch to the LinearCache that holds its type, and
+// for load assignments to the one of the proxy's group. It implements
+// cachev3.Cache.
+type groupCache struct {
+	shared map[string]*cachev3.LinearCache // by type URL: LDS, RDS, CDS
+
+	// newGroup builds the load assignments of a group that has none yet. It
+	// is called with mu held, so a push cannot interleave with it.
+	newGroup func(xdsgen.ProxyGroup) map[string]types.Resource
+
+	mu  sync.Mutex // guards eds
+	eds map[xdsgen.ProxyGroup]*cachev3.LinearCache
+}
+
+var _ cachev3.Cache = (*groupCache)(nil)
+
+func newGroupCache(newGroup func(xdsgen.ProxyGroup) map[string]types.Resource) *groupCache {
+	c := &groupCache{
+		shared:   map[string]*cachev3.LinearCache{},
+		newGroup: newGroup,
+		eds:      map[xdsgen.ProxyGroup]*cachev3.LinearCache{},
+	}
+	for _, t := range []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType} {
+		c.shared[t] = cachev3.NewLinearCache(t)
+	}
+	return c
+}
+
+func (c *groupCache) pick(typeURL string, node *corev3.Node) (*cachev3.LinearCache, error) {
+	if typeURL == resourcev3.EndpointType {
+		return c.group(ProxyGroupOf(node)), nil
+	}
+	if lc, ok := c.shared[typeURL]; ok {
+		return lc, nil
+	}
+	return nil, fmt.Errorf("xds: type %q is not served", typeURL)
+}
+
+// group returns the load-assignment cache of g, creating and filling it
+// when it does not exist yet.
+func (c *groupCache) group(g xdsgen.ProxyGroup) *cachev3.LinearCache {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lc, ok := c.eds[g]
+	if !ok {
+		lc = cachev3.NewLinearCache(resourcev3.EndpointType,
+			cachev3.WithInitialResources(c.newGroup(g)))
+		c.eds[g] = lc
+	}
+	return lc
+}
+
+// groupsLocked calls fn for every group; mu must be held.
+func (c *groupCache) groupsLocked(fn func(xdsgen.ProxyGroup, *cachev3.LinearCache)) {
+	for g, lc := range c.eds {
+		fn(g, lc)
+	}
+}
+
+func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, out chan cachev3.Response) (func(), error) {
+	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
+	if err != nil {
+		return nil, err
+	}
+	return lc.CreateWatch(req, sub, out)
+}
+
+func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, out chan cachev3.DeltaResponse) (func(), error) {
+	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
+	if err != nil {
+		return nil, err
+	}
+	return lc.CreateDeltaWatch(req, sub, out)
+}
+
+func (c *groupCache) Fetch(ctx context.Context, req *cachev3.Request) (cachev3.Response, error) {
+	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
+	if err != nil {
+		return nil, err
+	}
+	return lc.Fetch(ctx, req)
+}

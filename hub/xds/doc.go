@@ -1,0 +1,16 @@
+// Package xds serves the hub's registry to proxies over ADS (State of the
+// World and Delta) with go-control-plane's stream server.
+//
+// The layering follows go-control-plane: the pusher writes resources into a
+// cache and the stream server only reads it. The cache is a groupCache:
+// listeners, routes and clusters are the same for every proxy and live in one
+// LinearCache per type; load assignments depend on where the proxy runs (its
+// cluster and region decide the failover priorities) and live in one
+// LinearCache per proxy group, created when the group's first proxy asks.
+// A LinearCache marshals each resource once per version, however many
+// streams it is sent on, and answers a non-wildcard watch only when one of
+// the watched resources changed.
+//
+// The pusher drains the store's changed hostnames and rebuilds only their
+// resources (pkg/xdsgen memoizes per hostname and group).
+package xds

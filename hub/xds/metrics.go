@@ -1,0 +1,41 @@
+package xds
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	proxies      prometheus.Gauge
+	groups       prometheus.Counter
+	pushes       *prometheus.CounterVec
+	nacks        *prometheus.CounterVec
+	pushDuration prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		proxies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshfed_xds_connected_proxies",
+			Help: "xDS streams open on this hub replica.",
+		}),
+		groups: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshfed_xds_proxy_groups_total",
+			Help: "Proxy groups (cluster and region) for which load assignments were built.",
+		}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_xds_pushes_total",
+			Help: "Cache updates that changed resources, by xDS type.",
+		}, []string{"type"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_xds_nacks_total",
+			Help: "Responses proxies rejected, by xDS type.",
+		}, []string{"type"}),
+		pushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "meshfed_xds_push_duration_seconds",
+			Help:    "Time to turn a batch of registry changes into cache updates.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.proxies, m.groups, m.pushes, m.nacks, m.pushDuration)
+	}
+	return m
+}
