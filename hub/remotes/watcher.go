@@ -144,7 +144,13 @@ type clusterWatch struct {
 }
 
 func (cw *clusterWatch) run(ctx context.Context) {
-	defer cw.queue.ShutDown()
+	// The queue lives as long as the cluster: its end unblocks processNext.
+	stop := context.AfterFunc(ctx, cw.queue.ShutDown)
+	defer func() {
+		if stop() {
+			cw.queue.ShutDown()
+		}
+	}()
 	status := cw.w.opts.Status
 	secret := ""
 	if st, ok := status.Get(cw.id); ok {

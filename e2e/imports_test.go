@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/meshfed/meshfed"
+
+// allowed lists, per top-level room, the rooms its packages may import. The
+// rule of DESIGN.md: pkg is a leaf, federation and spoke build on pkg, hub on
+// federation and pkg, and only e2e may import everything.
+var allowed = map[string][]string{
+	"pkg":        {"pkg"},
+	"federation": {"federation", "pkg"},
+	"spoke":      {"spoke", "pkg"},
+	"hub":        {"hub", "federation", "pkg"},
+	"e2e":        {"e2e", "hub", "spoke", "federation", "pkg"},
+}
+
+func room(importPath string) string {
+	rest := strings.TrimPrefix(strings.TrimPrefix(importPath, module), "/")
+	r, _, _ := strings.Cut(rest, "/")
+	return r
+}
+
+func TestImportRules(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,TestImports,XTestImports", module+"/...")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(out)
+	checked := 0
+	for {
+		var p struct {
+			ImportPath                         string
+			Imports, TestImports, XTestImports []string
+		}
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		from := room(p.ImportPath)
+		ok, known := allowed[from]
+		if !known {
+			t.Errorf("package %s is outside the fixed layout (pkg, federation, spoke, hub, e2e)", p.ImportPath)
+			continue
+		}
+		for _, imp := range append(append(p.Imports, p.TestImports...), p.XTestImports...) {
+			if !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			to := room(imp)
+			if !contains(ok, to) {
+				t.Errorf("%s imports %s: %s/ may import only %v", p.ImportPath, imp, from, ok)
+			}
+		}
+		checked++
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if checked < 5 {
+		t.Fatalf("checked only %d packages; go list found too little", checked)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
