@@ -113,8 +113,8 @@ type Fleet struct {
 	dir     string
 	ownsDir bool
 	scheme  *runtime.Scheme
-	// binDir holds the parent-death wrappers of etcd and kube-apiserver
-	// ("" when they are not used).
+	// apiserverPath and etcdPath are what envtest runs: the parent-death
+	// wrappers, or the binaries themselves.
 	apiserverPath, etcdPath string
 	deadPort                *deadPort
 

@@ -46,6 +46,7 @@ const (
 	ReasonDuplicateCluster  = "duplicate_cluster"
 	ReasonNoClusters        = "no_clusters"
 	ReasonWatchError        = "watch_error"
+	ReasonUnreachable       = "unreachable"
 	ReasonClientError       = "client_error"
 )
 

@@ -43,8 +43,8 @@ type WatcherOptions struct {
 	// SyncTimeout is how long a cluster may take to list before it is
 	// reported unreachable (it keeps trying). Default 30s.
 	SyncTimeout time.Duration
-	// ProbeInterval is how often an unreachable cluster is probed to tell
-	// when it is back. Default 5s.
+	// ProbeInterval is how often a cluster's reachability is probed (one
+	// small list request). Default 5s, or SyncTimeout when that is shorter.
 	ProbeInterval time.Duration
 	Clock         clock.WithTicker
 	Log           logr.Logger
@@ -72,7 +72,7 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 		opts.SyncTimeout = 30 * time.Second
 	}
 	if opts.ProbeInterval == 0 {
-		opts.ProbeInterval = 5 * time.Second
+		opts.ProbeInterval = min(5*time.Second, opts.SyncTimeout)
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -165,7 +165,9 @@ func (cw *clusterWatch) run(ctx context.Context) {
 		}
 		return
 	}
-	if !cw.waitForSync(ctx, secret) {
+	published := make(chan struct{})
+	go cw.monitor(ctx, secret, published)
+	if !cw.waitForSync(ctx) {
 		return // ctx ended: the cluster was removed or replaced
 	}
 	shards, err := cw.computeAll(ctx)
@@ -180,33 +182,85 @@ func (cw *clusterWatch) run(ctx context.Context) {
 		cw.log.Info("state not published", "reason", err.Error())
 		return
 	}
-	status.Set(cw.id, secret, StateSynced, "")
+	close(published)
+	if st, _ := status.Get(cw.id); st.State != StateUnreachable {
+		status.Set(cw.id, secret, StateSynced, "")
+	}
 	cw.log.Info("cluster synced", "services", len(shards), "took", cw.w.opts.Clock.Since(start).String())
-
-	go cw.probeWhileUnreachable(ctx)
 	for cw.processNext(ctx) {
 	}
 }
 
-// waitForSync waits for the cluster's informers, reporting the cluster
-// unreachable when they take longer than SyncTimeout; it returns false when
-// ctx ends first.
-func (cw *clusterWatch) waitForSync(ctx context.Context, secret string) bool {
-	synced := make(chan bool, 1)
-	go func() { synced <- cw.cl.GetCache().WaitForCacheSync(ctx) }()
-	timeout := cw.w.opts.Clock.NewTimer(cw.w.opts.SyncTimeout)
+// waitForSync waits for the cluster's informers; it returns false when ctx
+// ends first.
+func (cw *clusterWatch) waitForSync(ctx context.Context) bool {
+	return cw.cl.GetCache().WaitForCacheSync(ctx)
+}
+
+// monitor reports the cluster's reachability until ctx ends. Informers
+// retry a refused connection silently (client-go's watch-list loop never
+// surfaces it), so the cause of an unreachable cluster comes from a probe:
+// a one-item list of Namespaces, which also proves the credentials. It runs
+// at once and then every ProbeInterval; a cluster not published within
+// SyncTimeout is reported unreachable with the last probe's error.
+func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-chan struct{}) {
+	opts := cw.w.opts
+	ticker := opts.Clock.NewTicker(opts.ProbeInterval)
+	defer ticker.Stop()
+	timeout := opts.Clock.NewTimer(opts.SyncTimeout)
 	defer timeout.Stop()
+	isPublished := func() bool {
+		select {
+		case <-published:
+			return true
+		default:
+			return false
+		}
+	}
+	var lastErr error
+	probe := func() {
+		pctx, cancel := context.WithTimeout(ctx, opts.ProbeInterval)
+		defer cancel()
+		var nsl corev1.NamespaceList
+		err := cw.cl.GetAPIReader().List(pctx, &nsl, client.Limit(1))
+		if ctx.Err() != nil {
+			return
+		}
+		st, _ := opts.Status.Get(cw.id)
+		switch {
+		case err != nil:
+			if lastErr == nil {
+				cw.log.Error(err, "remote cluster unreachable")
+			}
+			lastErr = err
+			opts.Status.Set(cw.id, "", StateUnreachable, err.Error())
+			opts.Status.CountError(string(cw.id), ReasonUnreachable)
+		case st.State == StateUnreachable:
+			lastErr = nil
+			if isPublished() {
+				opts.Status.Set(cw.id, "", StateSynced, "")
+				cw.log.Info("remote cluster reachable again")
+			} else {
+				opts.Status.Set(cw.id, "", StateSyncing, "")
+			}
+		}
+	}
+	probe()
 	for {
 		select {
-		case ok := <-synced:
-			return ok
+		case <-ctx.Done():
+			return
 		case <-timeout.C():
-			msg := fmt.Sprintf("not synced after %s", cw.w.opts.SyncTimeout)
-			if st, ok := cw.w.opts.Status.Get(cw.id); ok && st.Error != "" {
-				msg += ": " + st.Error
+			if !isPublished() {
+				msg := fmt.Sprintf("not synced after %s", opts.SyncTimeout)
+				if lastErr != nil {
+					msg += ": " + lastErr.Error()
+				}
+				cw.log.Info("remote cluster not synced yet", "timeout", opts.SyncTimeout.String())
+				opts.Status.Set(cw.id, secret, StateUnreachable, msg)
 			}
-			cw.log.Info("cluster not synced yet", "timeout", cw.w.opts.SyncTimeout.String())
-			cw.w.opts.Status.Set(cw.id, secret, StateUnreachable, msg)
+		case <-ticker.C():
+			probe()
 		}
 	}
 }
@@ -426,28 +480,5 @@ func (cw *clusterWatch) index(key types.NamespacedName, pods []types.NamespacedN
 			cw.nodSvc[n] = set
 		}
 		set[key] = struct{}{}
-	}
-}
-
-// probeWhileUnreachable notices when a cluster whose watches failed answers
-// again, and marks it synced: its informers relist on their own.
-func (cw *clusterWatch) probeWhileUnreachable(ctx context.Context) {
-	t := cw.w.opts.Clock.NewTicker(cw.w.opts.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
-		st, ok := cw.w.opts.Status.Get(cw.id)
-		if !ok || st.State != StateUnreachable {
-			continue
-		}
-		var nsl corev1.NamespaceList
-		if err := cw.cl.GetAPIReader().List(ctx, &nsl, client.Limit(1)); err == nil {
-			cw.w.opts.Status.Set(cw.id, "", StateSynced, "")
-			cw.log.Info("cluster reachable again")
-		}
 	}
 }

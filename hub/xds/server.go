@@ -100,7 +100,14 @@ func (s *Server) Run(ctx context.Context) error {
 	s.opts.Log.Info("serving xDS", "addr", s.addr.String())
 	select {
 	case <-ctx.Done():
-		gs.GracefulStop()
+		// Streams end with ctx; give in-flight responses a moment, then cut.
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			gs.Stop()
+		}
 		return nil
 	case err := <-errc:
 		if errors.Is(err, grpc.ErrServerStopped) {

@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/meshfed/meshfed/hub"
@@ -31,6 +33,10 @@ func main() {
 	zapOpts.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
+	// controller-runtime and client-go log through process-wide loggers;
+	// main is the one place allowed to set them.
+	ctrllog.SetLogger(opts.Log)
+	klog.SetLogger(opts.Log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,32 @@
+//go:build !linux
+
+package framework
+
+import (
+	"net"
+	"syscall"
+)
+
+// childSysProcAttr puts a child in its own process group. Outside Linux
+// there is no parent-death signal: a crashed test may leave children.
+func childSysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+// deadPort is a port on 127.0.0.1 with nothing listening. Outside Linux it
+// is only free at the time it was chosen.
+type deadPort struct {
+	port int
+}
+
+func newDeadPort() (*deadPort, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	return &deadPort{port: port}, l.Close()
+}
+
+// Close releases the port.
+func (d *deadPort) Close() error { return nil }

@@ -1,0 +1,160 @@
+package framework
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+)
+
+// Environment variables read by the test helpers (and nowhere else in the
+// framework).
+const (
+	// EnvAssets names the directory of kube-apiserver and etcd.
+	EnvAssets = "KUBEBUILDER_ASSETS"
+	// EnvHubBinary names a prebuilt meshfed-hub; unset means build it once
+	// per test process.
+	EnvHubBinary = "MESHFED_HUB_BIN"
+	// EnvVerbose, when non-empty, copies hub output to stderr.
+	EnvVerbose = "MESHFED_E2E_VERBOSE"
+)
+
+// hubBuild is the one piece of process-wide state: the hub binary is built
+// at most once per test process, on first use.
+var hubBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// hubBuildTimeout bounds the one build of the hub binary.
+const hubBuildTimeout = 10 * time.Minute
+
+// TestHubBinary returns the hub binary for tests: $MESHFED_HUB_BIN if set,
+// else a build of ./hub/cmd/meshfed-hub made once per process.
+func TestHubBinary(ctx context.Context) (string, error) {
+	if p := os.Getenv(EnvHubBinary); p != "" {
+		return p, nil
+	}
+	hubBuild.once.Do(func() {
+		// The first caller's cancellation must not poison later callers.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hubBuildTimeout)
+		defer cancel()
+		hubBuild.path, hubBuild.err = BuildHubBinary(bctx, BuildOptions{})
+	})
+	return hubBuild.path, hubBuild.err
+}
+
+// NewTestFleet starts a fleet for a test and stops it in t.Cleanup. Empty
+// options are filled from the environment: AssetsDir from
+// KUBEBUILDER_ASSETS (the test is skipped when that is unset), the hub
+// binary from TestHubBinary, LogOutput from MESHFED_E2E_VERBOSE. The
+// fleet's directory is removed after a passing test and kept, with the
+// tail of every hub log printed, after a failing one.
+func NewTestFleet(t testing.TB, opts FleetOptions) *Fleet {
+	t.Helper()
+	if opts.AssetsDir == "" {
+		opts.AssetsDir = os.Getenv(EnvAssets)
+		if opts.AssetsDir == "" {
+			t.Skipf("%s is not set; run `make e2e`, or set it to the output of `bash e2e/kubeassets/build.sh --print-dir`", EnvAssets)
+		}
+	}
+	if opts.HubBinary == "" && opts.HubBinaryFunc == nil {
+		opts.HubBinaryFunc = TestHubBinary
+	}
+	if opts.LogOutput == nil && os.Getenv(EnvVerbose) != "" {
+		opts.LogOutput = os.Stderr
+	}
+	ownDir := opts.TempDir == ""
+	if ownDir {
+		dir, err := os.MkdirTemp("", "meshfed-fleet-")
+		if err != nil {
+			t.Fatalf("framework: %v", err)
+		}
+		opts.TempDir = dir
+	}
+	start := time.Now()
+	f, err := NewFleet(t.Context(), opts)
+	if err != nil {
+		if ownDir {
+			t.Logf("fleet directory kept: %s", opts.TempDir)
+		}
+		t.Fatalf("starting fleet: %v", err)
+	}
+	t.Logf("fleet of 1 config + %d remote clusters started in %s (dir %s)",
+		len(opts.Remotes), time.Since(start).Round(time.Millisecond), opts.TempDir)
+	t.Cleanup(func() {
+		if err := f.Stop(); err != nil {
+			t.Errorf("stopping fleet: %v", err)
+		}
+		if t.Failed() {
+			seen := map[string]bool{} // a restarted replica shares its log
+			for _, h := range f.Hubs() {
+				if !seen[h.LogPath()] {
+					seen[h.LogPath()] = true
+					t.Logf("hub %s log %s, last lines:\n%s", h.ReplicaID(), h.LogPath(), h.logTail(40))
+				}
+			}
+			t.Logf("fleet directory kept: %s", opts.TempDir)
+			return
+		}
+		if ownDir {
+			_ = os.RemoveAll(opts.TempDir)
+		}
+	})
+	return f
+}
+
+// StartTestHub starts a hub replica, waits (up to a minute) for /readyz,
+// and fails the test if either goes wrong. Fleet.Stop, run by
+// NewTestFleet's cleanup, stops it. For a hub that is not expected to get
+// ready, use Fleet.StartHub.
+func StartTestHub(t testing.TB, f *Fleet, opts HubOptions) *Hub {
+	t.Helper()
+	h, err := f.StartHub(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("starting hub: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := h.WaitReady(ctx); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return h
+}
+
+// NewTestXDSClient creates an xDS client closed in t.Cleanup.
+func NewTestXDSClient(t testing.TB, opts ClientOptions) *XDSClient {
+	t.Helper()
+	c, err := NewXDSClient(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// NewTestADSWatcher opens an ADS watcher closed in t.Cleanup.
+func NewTestADSWatcher(t testing.TB, hubAddr string, node *corev3.Node) *ADSWatcher {
+	t.Helper()
+	// Not t.Context(): that is cancelled before cleanups run, and the
+	// stream should end by Close, not by surprise.
+	w, err := NewADSWatcher(context.WithoutCancel(t.Context()), hubAddr, node)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+// RequireEventually is Eventually (interval 50 ms) for tests: it fails the
+// test with cond's last error.
+func RequireEventually(t testing.TB, timeout time.Duration, cond func() error) {
+	t.Helper()
+	if err := Eventually(t.Context(), timeout, 50*time.Millisecond, cond); err != nil {
+		t.Fatalf("%v", err)
+	}
+}

@@ -1,0 +1,253 @@
+package framework
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/xds" // also registers the xDS balancers
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// ClientOptions describes one proxyless gRPC client (a "pod" that dials
+// services through the hub).
+type ClientOptions struct {
+	// HubAddr is the host:port of the hub's xDS server. Required.
+	HubAddr string
+	// Cluster is the client's cluster ID (node metadata CLUSTER_ID).
+	Cluster model.ClusterID
+	// Namespace is the client's namespace. Default "default".
+	Namespace string
+	// Locality is the client's node locality.
+	Locality model.Locality
+	// Name is the client's pod name. Default "client".
+	Name string
+	// IP is the client's pod IP in its node ID. Default 127.0.0.1.
+	IP string
+	// Network, when set, is the NETWORK node metadata.
+	Network string
+	// Labels, when set, is the LABELS node metadata.
+	Labels map[string]string
+	// DialOptions are added to every Dial (after the framework's own).
+	DialOptions []grpc.DialOption
+}
+
+// XDSClient is a proxyless gRPC xDS client with its own bootstrap: its own
+// node ID, locality and metadata. Many live side by side in one process.
+//
+// How that works in grpc-go v1.85: xds.NewXDSResolverWithConfigForTesting
+// returns a resolver builder that keeps the bootstrap bytes; every Build of
+// it (one per grpc.ClientConn, i.e. per Dial) parses them and creates a new
+// xdsclient.Pool holding a new xDS client (see newBuilderWithConfigForTesting
+// in internal/xds/resolver/xds_resolver.go and NewPool in
+// internal/xds/xdsclient/pool.go). Nothing is shared with the global pool
+// or with other builders, so each XDSClient shows its own node to the hub,
+// and each XDSConn has its own ADS stream. The cluster and endpoint
+// balancers get the xDS client from the resolver state, so they too use
+// the connection's own stream.
+type XDSClient struct {
+	opts      ClientOptions
+	nodeID    string
+	bootstrap []byte
+	builder   resolver.Builder
+
+	mu     sync.Mutex
+	conns  []*XDSConn
+	closed bool
+}
+
+// bootstrap is the part of grpc-go's bootstrap JSON the framework writes.
+type bootstrapJSON struct {
+	XDSServers []bootstrapServer `json:"xds_servers"`
+	Node       bootstrapNode     `json:"node"`
+}
+
+type bootstrapServer struct {
+	ServerURI      string            `json:"server_uri"`
+	ChannelCreds   []bootstrapCreder `json:"channel_creds"`
+	ServerFeatures []string          `json:"server_features"`
+}
+
+type bootstrapCreder struct {
+	Type string `json:"type"`
+}
+
+type bootstrapNode struct {
+	ID       string            `json:"id"`
+	Locality bootstrapLocality `json:"locality"`
+	Metadata map[string]any    `json:"metadata"`
+}
+
+type bootstrapLocality struct {
+	Region  string `json:"region,omitempty"`
+	Zone    string `json:"zone,omitempty"`
+	SubZone string `json:"sub_zone,omitempty"`
+}
+
+// NodeID returns the Istio-style node ID of a proxy:
+// sidecar~<ip>~<name>.<ns>~<ns>.svc.cluster.local.
+func NodeID(ip, name, namespace string) string {
+	return "sidecar~" + ip + "~" + name + "." + namespace + "~" + namespace + ".svc." + model.DefaultDomainSuffix
+}
+
+// NewXDSClient prepares a client whose bootstrap points at opts.HubAddr.
+// No connection is made until the first RPC of a Dial. ctx is unused today
+// and reserved for setup that may need it.
+func NewXDSClient(_ context.Context, opts ClientOptions) (*XDSClient, error) {
+	if opts.HubAddr == "" {
+		return nil, errors.New("framework: ClientOptions.HubAddr is empty")
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	if opts.Name == "" {
+		opts.Name = "client"
+	}
+	if opts.IP == "" {
+		opts.IP = "127.0.0.1"
+	}
+	meta := map[string]any{
+		"CLUSTER_ID": string(opts.Cluster),
+		"NAMESPACE":  opts.Namespace,
+	}
+	if opts.Network != "" {
+		meta["NETWORK"] = opts.Network
+	}
+	if len(opts.Labels) > 0 {
+		meta["LABELS"] = opts.Labels
+	}
+	nodeID := NodeID(opts.IP, opts.Name, opts.Namespace)
+	bs, err := json.Marshal(bootstrapJSON{
+		XDSServers: []bootstrapServer{{
+			ServerURI:      opts.HubAddr,
+			ChannelCreds:   []bootstrapCreder{{Type: "insecure"}},
+			ServerFeatures: []string{"xds_v3"},
+		}},
+		Node: bootstrapNode{
+			ID: nodeID,
+			Locality: bootstrapLocality{
+				Region: opts.Locality.Region, Zone: opts.Locality.Zone, SubZone: opts.Locality.SubZone,
+			},
+			Metadata: meta,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("framework: xDS bootstrap: %w", err)
+	}
+	builder, err := xds.NewXDSResolverWithConfigForTesting(bs)
+	if err != nil {
+		return nil, fmt.Errorf("framework: xDS resolver: %w", err)
+	}
+	return &XDSClient{opts: opts, nodeID: nodeID, bootstrap: bs, builder: builder}, nil
+}
+
+// NodeID returns the node ID the client presents to the hub.
+func (c *XDSClient) NodeID() string { return c.nodeID }
+
+// Bootstrap returns the client's bootstrap JSON.
+func (c *XDSClient) Bootstrap() []byte { return slices.Clone(c.bootstrap) }
+
+// Options returns the client's options with defaults applied.
+func (c *XDSClient) Options() ClientOptions { return c.opts }
+
+// Dial creates a channel to target, e.g.
+// "xds:///echo.demo.svc.cluster.local:8080", resolved through the hub. The
+// channel connects lazily; data-plane connections are plaintext and go
+// through DialPod, so the Pod IPs the hub hands out reach the replicas'
+// loopback listeners. (The channel to the hub itself is made by grpc-go's
+// xDS client and does not use this dialer.)
+func (c *XDSClient) Dial(target string) (*XDSConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("framework: xDS client is closed")
+	}
+	opts := append([]grpc.DialOption{
+		grpc.WithResolvers(c.builder),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(DialPod),
+	}, c.opts.DialOptions...)
+	cc, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("framework: dialing %s: %w", target, err)
+	}
+	conn := &XDSConn{cc: cc, target: target}
+	c.conns = append(c.conns, conn)
+	return conn, nil
+}
+
+// Close closes every channel the client dialed.
+func (c *XDSClient) Close() error {
+	c.mu.Lock()
+	conns := c.conns
+	c.conns, c.closed = nil, true
+	c.mu.Unlock()
+	var errs []error
+	for _, conn := range conns {
+		errs = append(errs, conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// XDSConn is one channel of an XDSClient.
+type XDSConn struct {
+	cc        *grpc.ClientConn
+	target    string
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Target returns the dialed target.
+func (c *XDSConn) Target() string { return c.target }
+
+// ClientConn returns the underlying channel, for calls of other services.
+func (c *XDSConn) ClientConn() *grpc.ClientConn { return c.cc }
+
+// Call sends one echo RPC and returns the identity of the backend that
+// answered ("<cluster>/<pod>").
+func (c *XDSConn) Call(ctx context.Context, opts ...grpc.CallOption) (string, error) {
+	id, err := CallEcho(ctx, c.cc, opts...)
+	if err != nil {
+		return "", fmt.Errorf("framework: echo via %s: %w", c.target, err)
+	}
+	return id, nil
+}
+
+// Spread sends n echo RPCs one after another and counts the answers by
+// backend identity. On error it returns the counts so far with the error.
+func (c *XDSConn) Spread(ctx context.Context, n int) (map[string]int, error) {
+	counts := map[string]int{}
+	for i := range n {
+		id, err := c.Call(ctx)
+		if err != nil {
+			return counts, fmt.Errorf("call %d of %d: %w", i+1, n, err)
+		}
+		counts[id]++
+	}
+	return counts, nil
+}
+
+// Close closes the channel. Idempotent.
+func (c *XDSConn) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.cc.Close() })
+	return c.closeErr
+}
+
+// ByCluster sums Spread counts by cluster, the part of each identity before
+// the first "/".
+func ByCluster(counts map[string]int) map[model.ClusterID]int {
+	out := map[model.ClusterID]int{}
+	for id, n := range counts {
+		cluster, _, _ := strings.Cut(id, "/")
+		out[model.ClusterID(cluster)] += n
+	}
+	return out
+}
