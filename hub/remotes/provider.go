@@ -43,9 +43,19 @@ type ProviderOptions struct {
 	Remover ClusterRemover
 	Status  *Status
 	Log     logr.Logger
+	// Ownership decides which clusters this replica watches; nil means all.
+	Ownership Ownership
 	// NewCluster builds a cluster from its client configuration; nil means
 	// NewRemoteCluster.
 	NewCluster func(id model.ClusterID, cfg *rest.Config, st *Status) (cluster.Cluster, error)
+}
+
+// Ownership tells whether this replica should watch a cluster. Owns must
+// be cheap and must not block; Changed signals (coalesced) that the answer
+// may have changed for any cluster.
+type Ownership interface {
+	Owns(model.ClusterID) bool
+	Changed() <-chan struct{}
 }
 
 // remote is one running remote cluster.
@@ -64,13 +74,14 @@ type Provider struct {
 	opts  ProviderOptions
 	local manager.Manager
 
-	mu       sync.RWMutex // guards clusters
+	mu       sync.RWMutex // guards clusters and indexes
 	clusters map[model.ClusterID]*remote
+	indexes  []func(context.Context, cluster.Cluster) error
 
-	// Owned by the reconcile goroutine, read under mu by nobody else.
-	owners  map[model.ClusterID]string              // cluster -> secret defining it
-	entries map[string]map[model.ClusterID]struct{} // secret -> its cluster IDs (valid or not)
-	indexes []func(context.Context, cluster.Cluster) error
+	// Owned by the reconcile goroutine.
+	owners  map[model.ClusterID]string               // cluster -> secret defining it
+	entries map[string]map[model.ClusterID]struct{}  // secret -> its cluster IDs (valid or not)
+	defined map[model.ClusterID]remotesecret.Cluster // valid entries, watched here or not
 
 	synced atomic.Bool
 	wg     sync.WaitGroup // running clusters
@@ -91,6 +102,7 @@ func NewProvider(opts ProviderOptions) *Provider {
 		clusters: map[model.ClusterID]*remote{},
 		owners:   map[model.ClusterID]string{},
 		entries:  map[string]map[model.ClusterID]struct{}{},
+		defined:  map[model.ClusterID]remotesecret.Cluster{},
 	}
 }
 
@@ -174,6 +186,18 @@ func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 		<-ctx.Done()
 		queue.ShutDown()
 	}()
+	if p.opts.Ownership != nil {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-p.opts.Ownership.Changed():
+					queue.Add(ownershipKey)
+				}
+			}
+		}()
+	}
 	for processed := 0; ; processed++ {
 		if processed >= initial && !p.synced.Load() {
 			p.synced.Store(true)
@@ -181,6 +205,11 @@ func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 		key, quit := queue.Get()
 		if quit {
 			break
+		}
+		if key == ownershipKey {
+			p.rebalance(ctx, aware)
+			queue.Done(key)
+			continue
 		}
 		if err := p.reconcile(ctx, key, aware); err != nil {
 			p.opts.Log.Error(err, "reconciling remote secret", "secret", key)
@@ -252,7 +281,8 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 			continue
 		}
 		p.owners[c.ID] = name
-		p.startCluster(ctx, c, name, aware, log)
+		p.defined[c.ID] = c
+		p.place(ctx, c.ID, aware, log)
 	}
 	for id := range p.entries[name] {
 		if _, still := now[id]; !still && p.owners[id] == name {
@@ -273,6 +303,48 @@ func (p *Provider) running(id model.ClusterID) bool {
 	defer p.mu.RUnlock()
 	_, ok := p.clusters[id]
 	return ok
+}
+
+// ownershipKey is the queue key that asks for a rebalance: it can never be
+// a Secret's namespaced name.
+var ownershipKey = types.NamespacedName{Name: "\x00ownership"}
+
+// owns reports whether this replica should watch cluster id.
+func (p *Provider) owns(id model.ClusterID) bool {
+	return p.opts.Ownership == nil || p.opts.Ownership.Owns(id)
+}
+
+// rebalance starts the defined clusters this replica now owns and stops
+// the ones it no longer owns.
+func (p *Provider) rebalance(ctx context.Context, aware multicluster.Aware) {
+	for _, id := range slices.Sorted(maps.Keys(p.defined)) {
+		p.place(ctx, id, aware, p.opts.Log.WithValues("secret", p.owners[id]))
+	}
+}
+
+// place runs defined cluster id here if this replica owns it, and stops
+// watching it otherwise. A cluster this replica stops watching keeps its
+// state: its new owner's snapshot replaces it.
+func (p *Provider) place(ctx context.Context, id model.ClusterID, aware multicluster.Aware, log logr.Logger) {
+	c, ok := p.defined[id]
+	if !ok {
+		return
+	}
+	if p.owns(id) {
+		p.startCluster(ctx, c, p.owners[id], aware, log)
+		return
+	}
+	p.mu.Lock()
+	r := p.clusters[id]
+	delete(p.clusters, id)
+	p.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		log.Info("remote cluster handed to its new owner", "cluster", id)
+	}
+	if st, ok := p.opts.Status.Get(id); !ok || st.State != StateReplicated {
+		p.opts.Status.Set(id, p.owners[id], StateReplicated, "")
+	}
 }
 
 // startCluster starts (or, for new credentials, replaces) cluster c. The old
@@ -335,6 +407,7 @@ func (p *Provider) removeCluster(id model.ClusterID) {
 		r.cancel()
 	}
 	delete(p.owners, id)
+	delete(p.defined, id)
 	p.opts.Remover.RemoveCluster(id)
 	p.opts.Status.Delete(id)
 }

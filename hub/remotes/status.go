@@ -26,9 +26,12 @@ const (
 	StateSynced State = "synced"
 	// StateUnreachable: listing or watching its apiserver fails.
 	StateUnreachable State = "unreachable"
+	// StateReplicated: another replica owns it; its state arrives from
+	// that replica.
+	StateReplicated State = "replicated"
 )
 
-var allStates = []State{StateInvalid, StateSyncing, StateSynced, StateUnreachable}
+var allStates = []State{StateInvalid, StateSyncing, StateSynced, StateUnreachable, StateReplicated}
 
 // ClusterStatus is what the hub knows of one remote cluster's connection.
 type ClusterStatus struct {
