@@ -22,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
+	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/monitoring"
 	"github.com/meshfed/meshfed/hub/remotes"
 	"github.com/meshfed/meshfed/hub/store"
@@ -49,8 +50,30 @@ type Options struct {
 	// DiscoverySelector is a label selector of namespaces whose services
 	// are discovered; empty means every namespace.
 	DiscoverySelector string
-	Log               logr.Logger
-	Clock             clock.WithTicker
+
+	// Federation of hub replicas (package federation).
+	// GossipAddr is memberlist's bind address (TCP and UDP).
+	GossipAddr          string
+	GossipAdvertiseAddr string
+	// Join lists gossip seeds; joining is retried until one answers.
+	Join []string
+	// GossipKeyFile holds the gossip encryption key (16, 24 or 32 bytes,
+	// raw or base64). Without it gossip is plaintext.
+	GossipKeyFile string
+	// PeerAddr is the replica-to-replica gRPC (mTLS) listen address;
+	// PeerAdvertiseAddr is what other replicas dial (default: PeerAddr,
+	// with the gossip advertise host when PeerAddr has none).
+	PeerAddr, PeerAdvertiseAddr string
+	// PeerTLSCert, PeerTLSKey and PeerTLSCA are PEM files for peer mTLS.
+	// When unset, the hub issues its peer certificate from a CA kept in
+	// the config cluster (Secret meshfed-peer-ca in Namespace), created
+	// by whichever replica starts first.
+	PeerTLSCert, PeerTLSKey, PeerTLSCA string
+	// WatchReplicas is how many live replicas watch each remote cluster.
+	WatchReplicas int
+
+	Log   logr.Logger
+	Clock clock.WithTicker
 }
 
 // DefaultOptions returns the hub's defaults, the ports those of istiod.
@@ -64,8 +87,14 @@ func DefaultOptions() Options {
 		// a new replica out of its load balancer for long.
 		ClusterSyncTimeout: 30 * time.Second,
 		DomainSuffix:       model.DefaultDomainSuffix,
-		Log:                logr.Discard(),
-		Clock:              clock.RealClock{},
+		GossipAddr:         ":7946",
+		PeerAddr:           ":15011",
+		// One watcher per remote cluster keeps the load on remote
+		// apiservers flat however many replicas serve; every replica still
+		// serves every cluster from the replicated state.
+		WatchReplicas: 1,
+		Log:           logr.Discard(),
+		Clock:         clock.RealClock{},
 	}
 }
 
@@ -88,7 +117,14 @@ func Run(ctx context.Context, opts Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	st := store.New()
+	repl, err := newReplicator(ctx, opts, cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	st := store.New(store.Options{
+		Self: federation.ReplicaID(opts.ReplicaID), Publish: repl.Publish, Clock: opts.Clock,
+	})
+	repl.SetStore(st)
 	status := remotes.NewStatus(opts.Clock, reg)
 	watcher := remotes.NewWatcher(remotes.WatcherOptions{
 		Sink: st, Status: status, DomainSuffix: opts.DomainSuffix,
@@ -96,7 +132,7 @@ func Run(ctx context.Context, opts Options) error {
 		Clock: opts.Clock, Log: log.WithName("watcher"),
 	})
 	provider := remotes.NewProvider(remotes.ProviderOptions{
-		Remover: st, Status: status, Log: log.WithName("remotes"),
+		Remover: st, Status: status, Ownership: repl.Ownership(), Log: log.WithName("remotes"),
 	})
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
@@ -118,13 +154,14 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	xdsServer := xds.New(xds.Options{Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg})
-	ready := newReadiness(opts, provider, status)
+	ready := newReadiness(opts, provider, status, st)
 	mon := monitoring.New(monitoring.Options{
 		Addr:     opts.MonitoringAddr,
 		Gatherer: reg,
 		Ready:    ready.check,
 		Debug: map[string]func(*http.Request) any{
-			"registryz": func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
+			"registryz":   func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
+			"federationz": func(*http.Request) any { return repl.Federationz() },
 		},
 		Log: log.WithName("monitoring"),
 	})
@@ -133,6 +170,7 @@ func Run(ctx context.Context, opts Options) error {
 	g.Go(func() error { return mgr.Start(ctx) })
 	g.Go(func() error { return xdsServer.Run(ctx) })
 	g.Go(func() error { return mon.Run(ctx) })
+	g.Go(func() error { return repl.Run(ctx) })
 	return g.Wait()
 }
 
@@ -151,6 +189,18 @@ func configClusterConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// replicated reports whether the state of every cluster watched by another
+// replica has arrived: a joining replica is ready without listing any
+// remote apiserver itself.
+func (r *readiness) replicated() bool {
+	for _, c := range r.status.Clusters() {
+		if c.State == remotes.StateReplicated && !r.store.HasCluster(c.ID) {
+			return false
+		}
+	}
+	return true
+}
+
 // readiness latches: once the hub has served its first full view it stays
 // ready, so a cluster added later never takes a replica out of its load
 // balancer.
@@ -158,12 +208,13 @@ type readiness struct {
 	opts     Options
 	provider *remotes.Provider
 	status   *remotes.Status
+	store    *store.Store
 	start    time.Time
 	ready    atomic.Bool
 }
 
-func newReadiness(opts Options, p *remotes.Provider, s *remotes.Status) *readiness {
-	return &readiness{opts: opts, provider: p, status: s, start: opts.Clock.Now()}
+func newReadiness(opts Options, p *remotes.Provider, s *remotes.Status, st *store.Store) *readiness {
+	return &readiness{opts: opts, provider: p, status: s, store: st, start: opts.Clock.Now()}
 }
 
 func (r *readiness) check() (bool, string) {
@@ -173,8 +224,11 @@ func (r *readiness) check() (bool, string) {
 	switch {
 	case !r.provider.Synced():
 		return false, "remote secrets not read yet"
-	case r.status.Syncing() && r.opts.Clock.Since(r.start) < r.opts.ClusterSyncTimeout:
+	case r.opts.Clock.Since(r.start) >= r.opts.ClusterSyncTimeout:
+	case r.status.Syncing():
 		return false, "remote clusters still syncing"
+	case !r.replicated():
+		return false, "waiting for peers' state of the clusters other replicas watch"
 	}
 	r.ready.Store(true)
 	return true, ""

@@ -35,23 +35,33 @@ type HubOptions struct {
 	// restart a replica where its clients expect it. Default: a free port
 	// on 127.0.0.1 each.
 	XDSAddr, MonitoringAddr string
+	// GossipAddr and PeerAddr pin the federation listen addresses.
+	// Default: a free port on 127.0.0.1 each.
+	GossipAddr, PeerAddr string
+	// Join lists hubs whose gossip address this hub joins (--join).
+	Join []*Hub
+	// GossipKeyFile is passed as --gossip-key-file when set.
+	GossipKeyFile string
 }
 
 // Hub is a running meshfed-hub child process.
 type Hub struct {
-	id       string
-	cmd      *exec.Cmd
-	xdsAddr  string
-	monAddr  string
-	logPath  string
-	logFile  *os.File
-	out      *prefixWriter
-	http     *http.Client
-	done     chan struct{}
-	waitErr  error // set before done is closed
-	stopMu   sync.Mutex
-	stopErr  error
-	stopDone bool
+	opts       HubOptions
+	gossipAddr string
+	peerAddr   string
+	id         string
+	cmd        *exec.Cmd
+	xdsAddr    string
+	monAddr    string
+	logPath    string
+	logFile    *os.File
+	out        *prefixWriter
+	http       *http.Client
+	done       chan struct{}
+	waitErr    error // set before done is closed
+	stopMu     sync.Mutex
+	stopErr    error
+	stopDone   bool
 }
 
 // StartHub starts a meshfed-hub process with
@@ -77,16 +87,13 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		opts.ReplicaID = fmt.Sprintf("hub-%d", len(f.hubs))
 	}
 	f.mu.Unlock()
-	if opts.XDSAddr == "" || opts.MonitoringAddr == "" {
-		addrs, err := freeAddrs(2)
-		if err != nil {
-			return nil, fmt.Errorf("framework: choosing hub addresses: %w", err)
-		}
-		if opts.XDSAddr == "" {
-			opts.XDSAddr = addrs[0]
-		}
-		if opts.MonitoringAddr == "" {
-			opts.MonitoringAddr = addrs[1]
+	addrs, err := freeAddrs(4)
+	if err != nil {
+		return nil, fmt.Errorf("framework: choosing hub addresses: %w", err)
+	}
+	for i, a := range []*string{&opts.XDSAddr, &opts.MonitoringAddr, &opts.GossipAddr, &opts.PeerAddr} {
+		if *a == "" {
+			*a = addrs[i]
 		}
 	}
 
@@ -111,7 +118,19 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		"--xds-addr=" + opts.XDSAddr,
 		"--monitoring-addr=" + opts.MonitoringAddr,
 		"--replica-id=" + opts.ReplicaID,
+		"--gossip-addr=" + opts.GossipAddr,
+		"--peer-addr=" + opts.PeerAddr,
 	}, opts.Args...)
+	if len(opts.Join) > 0 {
+		var seeds []string
+		for _, j := range opts.Join {
+			seeds = append(seeds, j.GossipAddr())
+		}
+		args = append(args, "--join="+strings.Join(seeds, ","))
+	}
+	if opts.GossipKeyFile != "" {
+		args = append(args, "--gossip-key-file="+opts.GossipKeyFile)
+	}
 	// Not CommandContext: ctx bounds the start only, the hub lives until
 	// Stop, Kill or Fleet.Stop.
 	cmd := exec.Command(bin, args...)
@@ -126,6 +145,7 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 	}
 	h := &Hub{
 		id: opts.ReplicaID, cmd: cmd, xdsAddr: opts.XDSAddr, monAddr: opts.MonitoringAddr,
+		gossipAddr: opts.GossipAddr, peerAddr: opts.PeerAddr, opts: opts,
 		logPath: logPath, logFile: logFile, out: out,
 		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		done: make(chan struct{}),
@@ -161,6 +181,60 @@ func exitDescription(err error) string {
 
 // ReplicaID returns the hub's --replica-id.
 func (h *Hub) ReplicaID() string { return h.id }
+
+// GossipAddr returns the hub's memberlist address.
+func (h *Hub) GossipAddr() string { return h.gossipAddr }
+
+// PeerAddr returns the hub's replica-to-replica gRPC address.
+func (h *Hub) PeerAddr() string { return h.peerAddr }
+
+// Options returns the options the hub was started with (with the chosen
+// addresses filled in), e.g. to restart it in place.
+func (h *Hub) Options() HubOptions { return h.opts }
+
+// Federationz returns the hub's /debug/federationz document.
+func (h *Hub) Federationz(ctx context.Context) (*Federationz, error) {
+	body, err := h.getOK(ctx, "/debug/federationz")
+	if err != nil {
+		return nil, err
+	}
+	fz := &Federationz{}
+	if err := json.Unmarshal(body, fz); err != nil {
+		return nil, fmt.Errorf("framework: hub %s: decoding /debug/federationz: %w", h.id, err)
+	}
+	return fz, nil
+}
+
+// Federationz is the hub's /debug/federationz document.
+type Federationz struct {
+	Self          string `json:"self"`
+	WatchReplicas int    `json:"watchReplicas"`
+	Members       []struct {
+		ID        string `json:"id"`
+		PeerAddr  string `json:"peerAddr"`
+		Connected bool   `json:"connected"`
+	} `json:"members"`
+	Clusters []struct {
+		ID      model.ClusterID `json:"id"`
+		Owners  []string        `json:"owners"`
+		Version struct {
+			Term  uint64 `json:"term"`
+			Seq   uint64 `json:"seq"`
+			Owner string `json:"owner"`
+		} `json:"version"`
+	} `json:"clusters"`
+	Suspects []string `json:"suspects"`
+}
+
+// Owners returns the owners this hub reports for cluster id.
+func (f *Federationz) Owners(id model.ClusterID) []string {
+	for _, c := range f.Clusters {
+		if c.ID == id {
+			return c.Owners
+		}
+	}
+	return nil
+}
 
 // XDSAddr returns the host:port of the hub's xDS (ADS) server.
 func (h *Hub) XDSAddr() string { return h.xdsAddr }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -76,11 +77,16 @@ func (e *env) create(t *testing.T, objs ...client.Object) {
 
 // hubParts runs a Provider and a Watcher against e as config cluster.
 func hubParts(t *testing.T, e *env) (*store.Store, *remotes.Status, context.CancelFunc, <-chan error) {
+	return hubPartsWith(t, e, nil)
+}
+
+// hubPartsWith is hubParts with a discovery selector of namespaces.
+func hubPartsWith(t *testing.T, e *env, selector labels.Selector) (*store.Store, *remotes.Status, context.CancelFunc, <-chan error) {
 	t.Helper()
-	st := store.New()
+	st := store.New(store.Options{Self: "test"})
 	status := remotes.NewStatus(clock.RealClock{}, prometheus.NewRegistry())
 	log := testr.NewWithOptions(t, testr.Options{Verbosity: 0})
-	w := remotes.NewWatcher(remotes.WatcherOptions{Sink: st, Status: status, Log: log})
+	w := remotes.NewWatcher(remotes.WatcherOptions{Sink: st, Status: status, Log: log, DiscoverySelector: selector})
 	p := remotes.NewProvider(remotes.ProviderOptions{Remover: st, Status: status, Log: log})
 	scheme := kruntime.NewScheme()
 	_ = corev1.AddToScheme(scheme)
@@ -304,4 +310,47 @@ func TestRotatedKubeconfigKeepsEndpoints(t *testing.T) {
 	if ms := st.Service(echoHost); ms == nil || len(ms.Endpoints) != 1 {
 		t.Fatalf("endpoint lost after a bad edit: %+v", ms)
 	}
+}
+
+// TestDiscoverySelector: only Services of namespaces matching the selector
+// are discovered, and labelling a namespace brings its Services in.
+func TestDiscoverySelector(t *testing.T) {
+	e := startEnv(t)
+	e.create(t, workloadObjects()...)
+	st, _, cancel, done := hubPartsWith(t, e, labels.SelectorFromSet(labels.Set{"mesh": "on"}))
+	defer func() { cancel(); <-done }()
+	e.create(t, remoteSecret("remotes", map[string][]byte{"c1": e.kubeconfig}))
+	eventually(t, "c1 synced", func() error {
+		if !st.HasCluster("c1") {
+			return fmt.Errorf("c1 not published")
+		}
+		return nil
+	})
+	if ms := st.Service(echoHost); ms != nil {
+		t.Fatalf("service of an unselected namespace discovered: %+v", ms)
+	}
+	var ns corev1.Namespace
+	if err := e.client.Get(t.Context(), client.ObjectKey{Name: "demo"}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels = map[string]string{"mesh": "on"}
+	if err := e.client.Update(t.Context(), &ns); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "labelled namespace discovered", func() error {
+		if ms := st.Service(echoHost); ms == nil || len(ms.Endpoints) != 1 {
+			return fmt.Errorf("merged = %+v", ms)
+		}
+		return nil
+	})
+	ns.Labels = nil
+	if err := e.client.Update(t.Context(), &ns); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "unlabelled namespace dropped", func() error {
+		if ms := st.Service(echoHost); ms != nil {
+			return fmt.Errorf("still merged: %+v", ms)
+		}
+		return nil
+	})
 }

@@ -26,7 +26,7 @@ import (
 
 // ShardSink receives what cluster watchers compute. *store.Store is one.
 type ShardSink interface {
-	NextGeneration() model.Generation
+	NextGeneration(model.ClusterID) model.Generation
 	ReplaceCluster(c model.ClusterID, gen model.Generation, shards map[model.Hostname]*model.ServiceShard) error
 	UpdateShard(c model.ClusterID, gen model.Generation, h model.Hostname, shard *model.ServiceShard) error
 }
@@ -102,7 +102,7 @@ func (w *Watcher) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 	cw := &clusterWatch{
 		w:      w,
 		id:     id,
-		gen:    w.opts.Sink.NextGeneration(),
+		gen:    w.opts.Sink.NextGeneration(id),
 		cl:     cl,
 		log:    w.opts.Log.WithValues("cluster", id),
 		podSvc: map[types.NamespacedName]map[types.NamespacedName]struct{}{},

@@ -1,21 +1,36 @@
 package store
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 
+	"k8s.io/utils/clock"
+
+	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
-// Store is the hub's registry of every remote cluster's services. It is safe
-// for concurrent use.
-type Store struct {
-	gen atomic.Uint64
+// Options configure a Store.
+type Options struct {
+	// Self is this replica, the owner of its local writes.
+	Self federation.ReplicaID
+	// Publish receives every local write to send to the other replicas. It
+	// is called with the store's lock held, in write order, and must not
+	// block (enqueue). Nil publishes nothing.
+	Publish func(*federation.PeerMessage)
+	Clock   clock.PassiveClock
+}
 
-	mu    sync.Mutex // guards reg and dirty
+// Store is the hub's registry of every remote cluster's services.
+type Store struct {
+	opts Options
+
+	mu    sync.Mutex // guards reg, state and dirty
 	reg   *model.Registry
+	state *federation.State
 	dirty map[model.Hostname]struct{}
 
 	// changed has capacity 1: a pending signal stands for any number of
@@ -24,46 +39,149 @@ type Store struct {
 }
 
 // New returns an empty store.
-func New() *Store {
+func New(opts Options) *Store {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	reg := model.NewRegistry()
 	return &Store{
-		reg:     model.NewRegistry(),
+		opts:    opts,
+		reg:     reg,
+		state:   federation.NewState(reg),
 		dirty:   map[model.Hostname]struct{}{},
 		changed: make(chan struct{}, 1),
 	}
 }
 
-// NextGeneration returns a generation larger than every one before it, for a
-// new cluster watcher.
-func (s *Store) NextGeneration() model.Generation {
-	return model.Generation(s.gen.Add(1))
+// NextGeneration returns the term under which a new watcher of cluster c
+// writes: higher than any this replica has seen for c, so its snapshot
+// supersedes the previous owner's.
+func (s *Store) NextGeneration(c model.ClusterID) model.Generation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return model.Generation(s.state.NextTerm(c))
 }
 
-// ReplaceCluster publishes the whole state of cluster c (see
-// model.Registry.ReplaceCluster).
+// ReplaceCluster publishes the whole state of cluster c as listed by this
+// replica's watcher of generation gen. It fails with an error wrapping
+// model.ErrStaleGeneration when another owner has superseded it.
 func (s *Store) ReplaceCluster(c model.ClusterID, gen model.Generation, shards map[model.Hostname]*model.ServiceShard) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	changed, err := s.reg.ReplaceCluster(c, gen, shards)
+	snap, changed, err := s.state.LocalSnapshot(c, s.opts.Self, uint64(gen), shards, s.opts.Clock.Now())
+	if err != nil {
+		return stale(err)
+	}
+	s.markLocked(changed...)
+	s.publishLocked(&federation.PeerMessage{Snapshot: &snap})
+	return nil
+}
+
+// UpdateShard publishes cluster c's shard of hostname h; a nil shard
+// deletes it.
+func (s *Store) UpdateShard(c model.ClusterID, gen model.Generation, h model.Hostname, shard *model.ServiceShard) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delta, changed, err := s.state.LocalDelta(c, s.opts.Self, uint64(gen), h, shard, s.opts.Clock.Now())
+	if err != nil {
+		return stale(err)
+	}
+	if changed {
+		s.markLocked(h)
+		s.publishLocked(&federation.PeerMessage{Delta: &delta})
+	}
+	return nil
+}
+
+// stale marks a refused local write as coming from a superseded watcher.
+func stale(err error) error {
+	if errors.Is(err, model.ErrStaleGeneration) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", model.ErrStaleGeneration, err)
+}
+
+func (s *Store) publishLocked(m *federation.PeerMessage) {
+	if s.opts.Publish != nil {
+		s.opts.Publish(m)
+	}
+}
+
+// ApplySnapshot applies a peer's snapshot (see federation.State).
+func (s *Store) ApplySnapshot(snap federation.ClusterSnapshot) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed, err := s.state.ApplySnapshot(snap)
 	s.markLocked(changed...)
 	return err
 }
 
-// UpdateShard publishes cluster c's shard of hostname h; a nil shard deletes it.
-func (s *Store) UpdateShard(c model.ClusterID, gen model.Generation, h model.Hostname, shard *model.ServiceShard) error {
+// ApplyDelta applies a peer's delta (see federation.State).
+func (s *Store) ApplyDelta(d federation.ShardDelta) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	changed, err := s.reg.UpdateShard(c, gen, h, shard)
+	changed, err := s.state.ApplyDelta(d)
 	if changed {
-		s.markLocked(h)
+		s.markLocked(d.Hostname)
 	}
 	return err
 }
 
-// RemoveCluster drops every shard of cluster c.
+// RemoveCluster drops every shard of cluster c: its remote secret is gone.
 func (s *Store) RemoveCluster(c model.ClusterID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.markLocked(s.reg.RemoveCluster(c)...)
+	s.markLocked(s.state.Remove(c)...)
+}
+
+// Digest returns the version of every cluster held.
+func (s *Store) Digest() federation.Digest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Digest()
+}
+
+// Behind returns the clusters on which remote is ahead of this store.
+func (s *Store) Behind(remote federation.Digest) []model.ClusterID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Behind(remote)
+}
+
+// Snapshots returns the current state of each of clusters that this store
+// holds, for a peer's catch-up.
+func (s *Store) Snapshots(clusters []model.ClusterID) []federation.ClusterSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Clock.Now()
+	var out []federation.ClusterSnapshot
+	for _, c := range clusters {
+		if snap, ok := s.state.Snapshot(c, now); ok {
+			out = append(out, snap)
+		}
+	}
+	return out
+}
+
+// AheadOf returns the clusters on which this store is ahead of remote.
+func (s *Store) AheadOf(remote federation.Digest) []model.ClusterID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []model.ClusterID
+	for c, v := range s.state.Digest() {
+		if rv, ok := remote[c]; !ok || rv.Compare(v) < 0 {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Version returns the version of cluster c's state, if held.
+func (s *Store) Version(c model.ClusterID) (federation.Version, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Version(c)
 }
 
 func (s *Store) markLocked(hs ...model.Hostname) {
@@ -116,4 +234,11 @@ func (s *Store) Clusters() []model.ClusterSummary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.reg.Clusters()
+}
+
+// HasCluster reports whether the state of cluster c is held.
+func (s *Store) HasCluster(c model.ClusterID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg.HasCluster(c)
 }

@@ -154,11 +154,11 @@ func priorities(c *endpointv3.ClusterLoadAssignment) map[string]uint32 {
 // load assignments ranked from where they are, and an endpoint change is
 // pushed as EDS alone, for every group.
 func TestEndpointChangeTouchesOnlyEDS(t *testing.T) {
-	st := store.New()
-	if err := st.ReplaceCluster("c1", st.NextGeneration(), shard("c1", "r1", "10.1.0.1")); err != nil {
+	st := store.New(store.Options{Self: "test"})
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.1.0.1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.ReplaceCluster("c2", st.NextGeneration(), shard("c2", "r2", "10.2.0.1")); err != nil {
+	if err := st.ReplaceCluster("c2", st.NextGeneration("c2"), shard("c2", "r2", "10.2.0.1")); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
@@ -257,8 +257,8 @@ func pushCount(t *testing.T, reg *prometheus.Registry, typ string) float64 {
 // TestDeltaStream: a Delta ADS client gets the load assignment it
 // subscribes to and then only the changed resource.
 func TestDeltaStream(t *testing.T) {
-	st := store.New()
-	gen := st.NextGeneration()
+	st := store.New(store.Options{Self: "test"})
+	gen := st.NextGeneration("c1")
 	if err := st.ReplaceCluster("c1", gen, shard("c1", "r1", "10.1.0.1")); err != nil {
 		t.Fatal(err)
 	}

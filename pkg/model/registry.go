@@ -242,3 +242,15 @@ func (r *Registry) Clusters() []ClusterSummary {
 
 // HasCluster reports whether cluster c has published its state.
 func (r *Registry) HasCluster(c ClusterID) bool { return r.clusters[c] != nil }
+
+// ClusterShards returns cluster c's shards by hostname, or nil when the
+// registry does not hold c (a held cluster without services gives an empty,
+// non-nil map). The map is a copy the caller may keep; the shards are shared,
+// as they are immutable.
+func (r *Registry) ClusterShards(c ClusterID) map[Hostname]*ServiceShard {
+	cs := r.clusters[c]
+	if cs == nil {
+		return nil
+	}
+	return maps.Clone(cs.shards)
+}

@@ -137,3 +137,31 @@ func mustChange(t *testing.T) func([]Hostname, error) {
 		}
 	}
 }
+
+func TestClusterShards(t *testing.T) {
+	r := NewRegistry()
+	if got := r.ClusterShards("c1"); got != nil {
+		t.Fatalf("unknown cluster: %v", got)
+	}
+	if _, err := r.ReplaceCluster("c1", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.ClusterShards("c1"); got == nil || len(got) != 0 {
+		t.Fatalf("empty cluster: %#v, want an empty non-nil map", got)
+	}
+	s := shard("c1", "10.0.0.1")
+	mustChange(t)(r.ReplaceCluster("c1", 1, map[Hostname]*ServiceShard{echo: s}))
+	got := r.ClusterShards("c1")
+	if len(got) != 1 || got[echo] != s {
+		t.Fatalf("shards = %v", got)
+	}
+	// The map is a copy: changing it leaves the registry alone.
+	delete(got, echo)
+	if len(r.ClusterShards("c1")) != 1 || r.Service(echo) == nil {
+		t.Fatal("mutating the returned map changed the registry")
+	}
+	r.RemoveCluster("c1")
+	if got := r.ClusterShards("c1"); got != nil {
+		t.Fatalf("removed cluster: %v", got)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -29,9 +30,24 @@ func main() {
 	fs.DurationVar(&opts.ClusterSyncTimeout, "cluster-sync-timeout", opts.ClusterSyncTimeout, "how long readiness waits for remote clusters to sync")
 	fs.StringVar(&opts.DomainSuffix, "domain-suffix", opts.DomainSuffix, "cluster domain of service hostnames")
 	fs.StringVar(&opts.DiscoverySelector, "discovery-selector", "", "label selector of the namespaces to discover (all when empty)")
+	fs.StringVar(&opts.GossipAddr, "gossip-addr", opts.GossipAddr, "memberlist bind address (TCP and UDP) for replica gossip")
+	fs.StringVar(&opts.GossipAdvertiseAddr, "gossip-advertise-addr", "", "gossip address other replicas use (default: derived from --gossip-addr)")
+	join := fs.String("join", "", "comma-separated gossip seeds (host:port); retried until one answers")
+	fs.StringVar(&opts.GossipKeyFile, "gossip-key-file", "", "file with the gossip encryption key (16/24/32 bytes, raw or base64); gossip is plaintext without it")
+	fs.StringVar(&opts.PeerAddr, "peer-addr", opts.PeerAddr, "replica-to-replica gRPC (mTLS) listen address")
+	fs.StringVar(&opts.PeerAdvertiseAddr, "peer-advertise-addr", "", "peer address other replicas dial (default: derived)")
+	fs.StringVar(&opts.PeerTLSCert, "peer-tls-cert", "", "PEM certificate for peer mTLS (default: issued from the config cluster's peer CA)")
+	fs.StringVar(&opts.PeerTLSKey, "peer-tls-key", "", "PEM key for --peer-tls-cert")
+	fs.StringVar(&opts.PeerTLSCA, "peer-tls-ca", "", "PEM CA bundle that peer certificates must chain to")
+	fs.IntVar(&opts.WatchReplicas, "watch-replicas", opts.WatchReplicas, "how many live replicas watch each remote cluster")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
+	for _, j := range strings.Split(*join, ",") {
+		if j = strings.TrimSpace(j); j != "" {
+			opts.Join = append(opts.Join, j)
+		}
+	}
 	opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
 	// controller-runtime and client-go log through process-wide loggers;
 	// main is the one place allowed to set them.

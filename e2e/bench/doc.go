@@ -1,0 +1,101 @@
+// Package bench holds meshfed's end-to-end benchmarks: real kube-apiservers,
+// the built hub binary as a process and raw ADS streams, assembled by the
+// fleet framework (e2e/framework). `make bench` runs them once each:
+//
+//	KUBEBUILDER_ASSETS=$(bash e2e/kubeassets/build.sh --print-dir) \
+//	MESHFED_HUB_BIN=$PWD/bin/meshfed-hub \
+//	go test -run '^$' -bench . -benchtime 1x -timeout 60m ./e2e/bench/
+//
+// Without KUBEBUILDER_ASSETS the benchmarks are skipped. Each one starts its
+// own fleet, so sub-benchmarks printed side by side ran on identical, fresh
+// setups one after the other. The figures are reported with
+// b.ReportMetric and appear on the benchmark line; the framework's ns/op is
+// suppressed because one "op" here is a whole scenario, not a unit of work.
+// The machine these run on is small and shared: compare figures within one
+// run (ratios, the two sides of a sub-benchmark pair) rather than with
+// absolute targets. Nothing here asserts a timing.
+//
+// # BenchmarkEndpointConvergence
+//
+// How long an EndpointSlice change in a remote cluster takes to reach a
+// proxy as a ClusterLoadAssignment. The fleet runs a service "echo" with two
+// replicas in every remote cluster and one hub; a raw ADS stream
+// (framework.ADSWatcher) with node metadata CLUSTER_ID of the first cluster
+// subscribes to the EDS resource outbound|8080||echo.bench.svc.cluster.local.
+// The benchmark then flips the ready condition of one endpoint of the last
+// cluster's slice, over and over, strictly one change at a time: it takes the
+// time just before issuing the apiserver Update, and the time the watcher
+// read the first response whose assignment holds exactly the ready
+// endpoints that change implies (other pushes are skipped, so a stale or
+// unrelated update is never taken for the answer). A few warm-up changes
+// are not counted.
+//
+//   - remotes=1: the watcher and the change are in the same, only, cluster.
+//   - remotes=3: the watcher is in cluster-1, the change in cluster-3; the
+//     hub watches three apiservers and merges three clusters' endpoints.
+//
+// Metrics:
+//
+//   - p50-ms, p90-ms, p99-ms, max-ms: convergence latency, from before the
+//     Update call to the watcher's receipt of the matching assignment. This
+//     includes the apiserver write (etcd commit) and its watch delivery to the
+//     hub's informer: the floor below which no hub can go.
+//   - write-p50-ms, write-p99-ms: the Update call alone (request to
+//     response). The apiserver sends the watch event to the hub at about the
+//     time it answers the write, so p50-ms minus write-p50-ms is roughly what
+//     the hub adds on top of the write: informer delivery, recomputing the
+//     service, the push into the xDS cache and the send on the stream. When
+//     the two are close, the apiserver is the bottleneck, not the hub.
+//   - changes: how many changes the percentiles are computed over.
+//
+// # BenchmarkHubHeapPerEndpoint
+//
+// What one endpoint costs in the hub's heap. One remote cluster, one hub, one
+// ADS watcher (CLUSTER_ID of that cluster) subscribed to every EDS name the
+// benchmark will create. The benchmark writes 200 Services in namespace
+// heap-<iteration>, each with one EndpointSlice of N/200 endpoints, each
+// endpoint backed by a Pod (spec.nodeName, serviceAccountName, and
+// status.podIP 10.x.y.z set through the status subresource). These objects
+// are written directly with the cluster's client by 8 workers; no echo
+// servers run, nothing dials the addresses. The cluster's etcd runs with
+// --unsafe-no-fsync to keep loading quick; it does not change what the hub
+// holds.
+//
+// The hub's heap is read from its pprof endpoint,
+// /debug/pprof/heap?gc=1&debug=1 (gc=1 forces a collection first; the value
+// is runtime.MemStats.HeapAlloc, the live heap plus whatever was allocated
+// since that collection; the least of three readings is taken). The baseline
+// is read once the hub is ready, has synced the still empty cluster and has
+// built the watcher's proxy group; the second reading once /debug/registryz
+// counts all N new endpoints and the watcher holds assignments with all of
+// them.
+//
+//   - endpoints=2000 and endpoints=20000: N, side by side, so fixed costs and
+//     per-endpoint costs can be told apart. Both load 200 Services, so the
+//     growth heap-bytes/endpoint × N differs between the two only by the
+//     18,000 extra endpoints: that difference divided by 18,000 is the
+//     marginal cost of one endpoint, and what remains of the smaller load's
+//     growth is the cost of 200 Services (their objects, their listener,
+//     route and cluster resources). The figure at 2000 is therefore the
+//     higher one; the figure at 20000 is close to the marginal cost.
+//
+// Metrics:
+//
+//   - heap-bytes/endpoint: (after − baseline) / N. It covers everything the
+//     hub keeps per endpoint: the Pod in its informer cache (stripped by a
+//     transform), the endpoint's share of its EndpointSlice and Service, the
+//     merged registry, and the generated ClusterLoadAssignments of the one
+//     proxy group that is connected (each further proxy group, i.e. cluster
+//     or region with connected proxies, adds its own assignments).
+//   - heap-MiB: the hub's heap after loading, in MiB.
+//   - objects/s: Pods, Services and EndpointSlices created per second of
+//     loading (each Pod takes two writes: create and status), for context
+//     only: it is the apiserver's speed, not the hub's.
+//   - load-s: seconds spent writing the objects; sync-s: seconds from the
+//     start of loading until the watcher received the last assignment. When
+//     sync-s is about load-s, the hub kept up with the writes.
+//
+// Each b.Loop iteration loads another N endpoints into a new namespace and
+// measures the growth it causes, so -benchtime 2x averages two loads (the
+// second on top of the first); the default of make bench is one.
+package bench

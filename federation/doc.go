@@ -1,0 +1,30 @@
+// Package federation lets hub replicas share one view of every remote
+// cluster while only a few of them watch each cluster's apiserver.
+//
+// Walk-through:
+//
+//   - Membership (membership.go) runs hashicorp/memberlist: who is alive,
+//     encrypted gossip, graceful leave. Members advertise their peer gRPC
+//     address in their node metadata, and push/pull state carries each
+//     replica's Digest: the Version of every cluster it owns.
+//   - Owners (ownership.go) ranks replicas per cluster by rendezvous
+//     hashing; the first WatchReplicas of the live members own it. Adding or
+//     removing a replica moves only the clusters whose top ranks change.
+//   - State (state.go) is the pure merge: it orders every cluster's writes
+//     by Version (term, sequence, owner), applies snapshots and deltas to a
+//     model.Registry, refuses stale, duplicate and out-of-order ones with a
+//     sentinel error, and tells which clusters a peer's digest is ahead on.
+//     It does no I/O and reads no clock.
+//   - TrustBundle (trust.go) is the replicated set of root certificates,
+//     merged by union, with tombstones so a late message cannot bring back a
+//     removed root.
+//   - The peer transport (peer.go) moves bulk state between replicas over a
+//     gRPC stream with mutual TLS: catch-up snapshots on connect, then the
+//     owner's deltas as they happen; gossip only carries digests.
+//
+// The hub wires these together: it watches the clusters it owns, writes
+// their changes into State under a new term, and publishes them to peers;
+// what peers send is applied to the same State. When an owner dies every
+// replica keeps the last state it had until the new owner's snapshot, of a
+// higher term, replaces it.
+package federation

@@ -1,0 +1,1437 @@
+package federation
+
+// The peer transport: one gRPC bidi stream with mutual TLS between each pair
+// of replicas, carrying JSON frames. This file is the I/O shell; what the
+// frames mean (merging snapshots and deltas) belongs to the PeerHandler.
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
+)
+
+// Errors of the peer transport.
+var (
+	// ErrMalformedMessage means a PeerMessage breaks the rules of
+	// PeerMessage.Validate, or a frame is not the JSON of one. The wrapping
+	// error says what is wrong.
+	ErrMalformedMessage = errors.New("federation: malformed peer message")
+	// ErrPeerNotConnected is returned by Peers.Send when there is no open
+	// stream to the replica.
+	ErrPeerNotConnected = errors.New("federation: peer not connected")
+	// ErrPeerOverflow means a peer's send queue was full: the message was
+	// dropped and the stream to that peer closed, so that the peer catches
+	// up with snapshots when it reconnects.
+	ErrPeerOverflow = errors.New("federation: peer send queue overflow")
+	// ErrPeerIdentity means a certificate carries no replica identity, or
+	// not the one expected.
+	ErrPeerIdentity = errors.New("federation: peer identity")
+	// ErrInvalidPeerOptions is returned by NewPeers for options it cannot
+	// use.
+	ErrInvalidPeerOptions = errors.New("federation: invalid peer options")
+	// ErrPeersRunning is returned by a second call of Peers.Run.
+	ErrPeersRunning = errors.New("federation: peers already running")
+)
+
+const (
+	// PeerProtocol is the version of the frames this replica speaks. A
+	// peer whose Hello names another version is refused. Add fields
+	// freely (unknown fields are ignored); bump the version only for a
+	// change an older replica would misread.
+	PeerProtocol = 1
+
+	// MaxPeerFrameBytes bounds one frame on the wire. gRPC enforces it on
+	// receive and send; Broadcast and Send refuse a larger message before
+	// it is queued. A snapshot of a cluster with 100k endpoints is about
+	// 20 MiB of JSON, so this leaves room while capping what one peer can
+	// make another allocate.
+	MaxPeerFrameBytes = 64 << 20
+
+	// DefaultPeerTrustDomain is the SPIFFE trust domain of the replica IDs
+	// that PeerCertificate issues (Istio's default trust domain).
+	DefaultPeerTrustDomain = "cluster.local"
+
+	// DefaultPeerCertValidity is how long a PeerCertificate is valid. The
+	// certificate is issued when a replica starts and is not rotated while
+	// it runs, so it must outlast the longest expected uptime; a replica
+	// that runs longer must be restarted (or given certificates from
+	// files that an operator rotates).
+	DefaultPeerCertValidity = 365 * 24 * time.Hour
+
+	// peerServiceName and peerSyncMethod name the hand-written service: a
+	// single bidi-streaming method whose messages are
+	// google.protobuf.BytesValue holding the JSON of a PeerMessage.
+	peerServiceName = "meshfed.federation.v1.Peer"
+	peerSyncMethod  = "/" + peerServiceName + "/Sync"
+
+	// peerFrameOverhead is what the BytesValue wrapping adds to the JSON
+	// (a tag and a varint length).
+	peerFrameOverhead = 16
+	// peerURIPrefix is the path of a replica's SPIFFE ID, before its name.
+	peerURIPrefix = "/meshfed/replica/"
+)
+
+// Kinds of frames, the "kind" label of the message metrics.
+const (
+	peerKindHello    = "hello"
+	peerKindSnapshot = "snapshot"
+	peerKindDelta    = "delta"
+	peerKindResync   = "resync"
+	peerKindTrust    = "trust"
+)
+
+var peerKinds = []string{peerKindHello, peerKindSnapshot, peerKindDelta, peerKindResync, peerKindTrust}
+
+// Reasons of meshfed_federation_peer_messages_rejected_total.
+const (
+	peerRejectDecode     = "decode"      // frame is not the JSON of a PeerMessage
+	peerRejectInvalid    = "invalid"     // PeerMessage.Validate failed
+	peerRejectNoHello    = "no_hello"    // first frame is not a Hello, or none came in time
+	peerRejectHelloAgain = "hello_again" // a Hello after the first frame
+	peerRejectIdentity   = "identity"    // Hello or certificate names another replica
+	peerRejectDirection  = "direction"   // a replica dialed although this one dials it
+	peerRejectProtocol   = "protocol"    // Hello names another protocol version
+)
+
+var peerRejectReasons = []string{
+	peerRejectDecode, peerRejectInvalid, peerRejectNoHello, peerRejectHelloAgain,
+	peerRejectIdentity, peerRejectDirection, peerRejectProtocol,
+}
+
+// Hello is the first frame each way on a peer stream.
+type Hello struct {
+	// Replica is the sender; it must match its certificate.
+	Replica ReplicaID `json:"replica"`
+	// Digest is the version of every cluster the sender holds, so the
+	// receiver can send it what it is missing.
+	Digest Digest `json:"digest,omitempty"`
+	// Protocol is PeerProtocol of the sender.
+	Protocol int `json:"protocol"`
+}
+
+// PeerMessage is one frame of the peer stream. Exactly one field is set.
+// Removals of clusters are not replicated: they come from the config
+// cluster, which every replica watches.
+type PeerMessage struct {
+	// Hello opens the stream each way; Peers sends and checks it itself.
+	Hello *Hello `json:"hello,omitempty"`
+	// Snapshot is the whole state of one cluster.
+	Snapshot *ClusterSnapshot `json:"snapshot,omitempty"`
+	// Delta changes one shard of one cluster.
+	Delta *ShardDelta `json:"delta,omitempty"`
+	// Resync asks the receiver for snapshots of these clusters.
+	Resync []model.ClusterID `json:"resync,omitempty"`
+	// Trust is trust-bundle state, opaque here (owned by TrustBundle).
+	Trust json.RawMessage `json:"trust,omitempty"`
+}
+
+// trustSet reports whether m carries trust state (JSON null counts as
+// absent).
+func (m *PeerMessage) trustSet() bool {
+	return len(m.Trust) > 0 && !bytes.Equal(bytes.TrimSpace(m.Trust), []byte("null"))
+}
+
+// kind names the field that is set, for metrics and logs.
+func (m *PeerMessage) kind() string {
+	switch {
+	case m.Hello != nil:
+		return peerKindHello
+	case m.Snapshot != nil:
+		return peerKindSnapshot
+	case m.Delta != nil:
+		return peerKindDelta
+	case len(m.Resync) > 0:
+		return peerKindResync
+	default:
+		return peerKindTrust
+	}
+}
+
+// Validate checks what the transport can check without knowing any state:
+// exactly one field is set; a snapshot or delta names a valid cluster, has
+// a version with a non-zero term and a valid owner (a delta also a Seq of
+// at least 1, since Seq 0 is the term's snapshot), and its hostnames are
+// DNS subdomains whose shards describe that same hostname with valid
+// endpoint addresses; resync lists valid cluster IDs; trust is JSON; a
+// Hello names a valid replica and a protocol. Sizes are bounded by the
+// frame, MaxPeerFrameBytes. Errors wrap ErrMalformedMessage.
+func (m *PeerMessage) Validate() error {
+	if m == nil {
+		return fmt.Errorf("%w: nil message", ErrMalformedMessage)
+	}
+	n := 0
+	for _, set := range []bool{m.Hello != nil, m.Snapshot != nil, m.Delta != nil, len(m.Resync) > 0, m.trustSet()} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: %d fields set, want exactly one", ErrMalformedMessage, n)
+	}
+	var err error
+	switch {
+	case m.Hello != nil:
+		err = validateHello(m.Hello)
+	case m.Snapshot != nil:
+		err = validateSnapshot(m.Snapshot)
+	case m.Delta != nil:
+		err = validateShardDelta(m.Delta)
+	case len(m.Resync) > 0:
+		for _, c := range m.Resync {
+			if err = checkClusterID(c); err != nil {
+				err = fmt.Errorf("resync: %w", err)
+				break
+			}
+		}
+	default:
+		if !json.Valid(m.Trust) {
+			err = errors.New("trust: not valid JSON")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformedMessage, err)
+	}
+	return nil
+}
+
+func validateHello(h *Hello) error {
+	if err := checkReplicaID(h.Replica); err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	if h.Protocol < 1 {
+		return fmt.Errorf("hello: protocol %d", h.Protocol)
+	}
+	for c, v := range h.Digest {
+		if err := checkClusterID(c); err != nil {
+			return fmt.Errorf("hello digest: %w", err)
+		}
+		if !v.IsZero() {
+			if err := checkWriteVersion(v); err != nil {
+				return fmt.Errorf("hello digest of %s: %w", c, err)
+			}
+		}
+	}
+	return nil
+}
+
+func validateSnapshot(s *ClusterSnapshot) error {
+	if err := checkClusterID(s.Cluster); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	if err := checkWriteVersion(s.Version); err != nil {
+		return fmt.Errorf("snapshot of %s: %w", s.Cluster, err)
+	}
+	for h, shard := range s.Shards {
+		if shard == nil {
+			return fmt.Errorf("snapshot of %s: hostname %q has no shard", s.Cluster, h)
+		}
+		if err := checkShard(h, shard); err != nil {
+			return fmt.Errorf("snapshot of %s: %w", s.Cluster, err)
+		}
+	}
+	return nil
+}
+
+func validateShardDelta(d *ShardDelta) error {
+	if err := checkClusterID(d.Cluster); err != nil {
+		return fmt.Errorf("delta: %w", err)
+	}
+	if err := checkWriteVersion(d.Version); err != nil {
+		return fmt.Errorf("delta of %s: %w", d.Cluster, err)
+	}
+	if d.Version.Seq == 0 {
+		return fmt.Errorf("delta of %s: seq 0 (the term's snapshot)", d.Cluster)
+	}
+	if d.Shard == nil {
+		if errs := validation.IsDNS1123Subdomain(string(d.Hostname)); len(errs) > 0 {
+			return fmt.Errorf("delta of %s: hostname %q: %s", d.Cluster, d.Hostname, errs[0])
+		}
+		return nil
+	}
+	if err := checkShard(d.Hostname, d.Shard); err != nil {
+		return fmt.Errorf("delta of %s: %w", d.Cluster, err)
+	}
+	return nil
+}
+
+// checkWriteVersion checks the version of a write: a term and an owner.
+func checkWriteVersion(v Version) error {
+	if v.Term == 0 {
+		return fmt.Errorf("version %v has term 0", v)
+	}
+	if err := checkReplicaID(v.Owner); err != nil {
+		return fmt.Errorf("version %v: owner: %w", v, err)
+	}
+	return nil
+}
+
+func checkShard(h model.Hostname, s *model.ServiceShard) error {
+	if errs := validation.IsDNS1123Subdomain(string(h)); len(errs) > 0 {
+		return fmt.Errorf("hostname %q: %s", h, errs[0])
+	}
+	if s.Service == nil {
+		return fmt.Errorf("shard of %s has no service", h)
+	}
+	if s.Service.Hostname != h {
+		return fmt.Errorf("shard of %s describes service %q", h, s.Service.Hostname)
+	}
+	for i := range s.Endpoints {
+		if !s.Endpoints[i].Address.IsValid() {
+			return fmt.Errorf("shard of %s: endpoint %d has no address", h, i)
+		}
+	}
+	return nil
+}
+
+// checkClusterID applies the rule of remote secrets (a Secret data key:
+// letters, digits, '-', '_', '.', at most 253 characters).
+func checkClusterID(c model.ClusterID) error {
+	if errs := validation.IsConfigMapKey(string(c)); len(errs) > 0 {
+		return fmt.Errorf("cluster ID %q: %s", c, errs[0])
+	}
+	return nil
+}
+
+// checkReplicaID checks that id can be a path segment of a SPIFFE ID:
+// letters, digits, '.', '-', '_', not "." or "..", at most 253 bytes.
+// Memberlist node names (host names) fit.
+func checkReplicaID(id ReplicaID) error {
+	if id == "" {
+		return errors.New("replica ID is empty")
+	}
+	if len(id) > 253 {
+		return fmt.Errorf("replica ID of %d bytes, more than 253", len(id))
+	}
+	if id == "." || id == ".." {
+		return fmt.Errorf("replica ID %q", id)
+	}
+	for _, r := range string(id) {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			return fmt.Errorf("replica ID %q: character %q is not a letter, digit, '.', '-' or '_'", id, r)
+		}
+	}
+	return nil
+}
+
+// peerFrame is an encoded PeerMessage, ready to send to any number of
+// peers: a broadcast is marshalled once.
+type peerFrame struct {
+	kind string
+	data []byte
+}
+
+// encodePeerFrame validates and marshals m.
+func encodePeerFrame(m *PeerMessage) (peerFrame, error) {
+	if err := m.Validate(); err != nil {
+		return peerFrame{}, err
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return peerFrame{}, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
+	}
+	if len(data) > MaxPeerFrameBytes-peerFrameOverhead {
+		return peerFrame{}, fmt.Errorf("%w: %s frame of %d bytes, more than %d", ErrMalformedMessage, m.kind(), len(data), MaxPeerFrameBytes-peerFrameOverhead)
+	}
+	return peerFrame{kind: m.kind(), data: data}, nil
+}
+
+// decodePeerFrame unmarshals and validates a received frame. On error it
+// also returns the rejection reason.
+func decodePeerFrame(data []byte) (*PeerMessage, string, error) {
+	if len(data) > MaxPeerFrameBytes {
+		return nil, peerRejectDecode, fmt.Errorf("%w: frame of %d bytes", ErrMalformedMessage, len(data))
+	}
+	var m PeerMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, peerRejectDecode, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
+	}
+	if !m.trustSet() {
+		m.Trust = nil
+	}
+	if err := m.Validate(); err != nil {
+		return nil, peerRejectInvalid, err
+	}
+	return &m, "", nil
+}
+
+// PeerHandler receives what peers send. It is the boundary between the
+// transport and the replicated state, which the transport does not know.
+//
+// Concurrency: Peers calls the handler from the goroutine of each peer's
+// stream. For one stream, PeerHello comes first, then PeerMessage calls,
+// one at a time in the order the peer sent. Calls for different peers run
+// concurrently; and when a peer reconnects, a call from its old stream may
+// still be running when PeerHello of the new one starts. A call must not
+// block for long: while it runs nothing more is read from that peer, gRPC
+// flow control then stalls the peer's sender, and a peer whose send queue
+// fills up closes the stream. A handler may call Peers.Send and
+// Peers.Broadcast, which never block.
+type PeerHandler interface {
+	// PeerHello is called when a stream to a peer opens, in either
+	// direction, with the digest from its Hello. It returns the messages
+	// to send that peer before anything else (catch-up snapshots).
+	// Everything broadcast after PeerHello is called is sent after them, so
+	// a snapshot taken inside PeerHello is never overtaken by an older
+	// delta.
+	PeerHello(from ReplicaID, digest Digest) []*PeerMessage
+	// PeerMessage delivers a validated message from a peer. It is never a
+	// Hello.
+	PeerMessage(from ReplicaID, msg *PeerMessage)
+}
+
+// PeerOptions configure Peers. Zero durations and sizes take the defaults
+// given on each field.
+type PeerOptions struct {
+	// Self is this replica; it must match the identity in the certificates
+	// of TLS and ClientTLS.
+	Self ReplicaID
+	// ListenAddr is the address to serve peers on, such as ":7947" or
+	// "127.0.0.1:0".
+	ListenAddr string
+	// TLS is the server side. It must require and verify client
+	// certificates (tls.RequireAndVerifyClientCert); PeerTLS makes one.
+	TLS *tls.Config
+	// ClientTLS is the dialing side; PeerTLS makes one. Peers adds to it a
+	// check that the server is the replica it meant to dial.
+	ClientTLS *tls.Config
+	// TrustDomain, when set, is the only SPIFFE trust domain accepted in
+	// peer certificates. When empty any trust domain is accepted: the CA
+	// pool of TLS and ClientTLS is then the trust boundary, which suffices
+	// for a CA that signs only replica certificates.
+	TrustDomain string
+	// Handler receives hellos and messages. Required.
+	Handler PeerHandler
+	// LocalDigest returns this replica's digest for its Hello. It is
+	// called from stream goroutines, concurrently, and must not block. Nil
+	// sends an empty digest.
+	LocalDigest func() Digest
+	// Log receives connection events and rejections.
+	Log logr.Logger
+	// Metrics, when set, registers the transport's metrics.
+	Metrics prometheus.Registerer
+
+	// SendQueue is how many frames may wait for each peer; default 1024.
+	// Catch-up messages do not count. When the queue is full, the stream
+	// is closed and the overflow counted: the peer reconnects and catches
+	// up with snapshots, which is cheaper than buffering without bound for
+	// a peer that cannot keep up.
+	SendQueue int
+	// HelloTimeout bounds the wait for the peer's Hello; default 10s. A
+	// connection that sends nothing must not hold a stream open.
+	HelloTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the wait between attempts to
+	// dial a peer, doubling from min to max with jitter; defaults 100ms
+	// and 5s. A restarted replica is found again within ReconnectMax,
+	// well before gossip would declare it dead (5-14 s).
+	ReconnectMin, ReconnectMax time.Duration
+	// Keepalive is the interval of HTTP/2 pings on an idle connection and
+	// the time to wait for their answer; default 5s. A peer that vanishes
+	// without closing its connection (a partition, a frozen VM) is noticed
+	// within about twice this, an early signal of failure.
+	Keepalive time.Duration
+}
+
+func (o *PeerOptions) defaults() {
+	if o.SendQueue <= 0 {
+		o.SendQueue = 1024
+	}
+	if o.HelloTimeout <= 0 {
+		o.HelloTimeout = 10 * time.Second
+	}
+	if o.ReconnectMin <= 0 {
+		o.ReconnectMin = 100 * time.Millisecond
+	}
+	if o.ReconnectMax <= 0 {
+		o.ReconnectMax = 5 * time.Second
+	}
+	if o.ReconnectMax < o.ReconnectMin {
+		o.ReconnectMax = o.ReconnectMin
+	}
+	if o.Keepalive <= 0 {
+		o.Keepalive = 5 * time.Second
+	}
+	if o.LocalDigest == nil {
+		o.LocalDigest = func() Digest { return Digest{} }
+	}
+}
+
+func (o *PeerOptions) validate() error {
+	if err := checkReplicaID(o.Self); err != nil {
+		return fmt.Errorf("%w: Self: %w", ErrInvalidPeerOptions, err)
+	}
+	if o.ListenAddr == "" {
+		return fmt.Errorf("%w: ListenAddr is empty", ErrInvalidPeerOptions)
+	}
+	if o.Handler == nil {
+		return fmt.Errorf("%w: Handler is nil", ErrInvalidPeerOptions)
+	}
+	if o.TLS == nil || o.ClientTLS == nil {
+		return fmt.Errorf("%w: TLS and ClientTLS are required (mutual TLS)", ErrInvalidPeerOptions)
+	}
+	if o.TLS.ClientAuth != tls.RequireAndVerifyClientCert || o.TLS.ClientCAs == nil {
+		return fmt.Errorf("%w: TLS must require and verify client certificates against ClientCAs", ErrInvalidPeerOptions)
+	}
+	if len(o.TLS.Certificates) == 0 && o.TLS.GetCertificate == nil && o.TLS.GetConfigForClient == nil {
+		return fmt.Errorf("%w: TLS has no certificate", ErrInvalidPeerOptions)
+	}
+	if len(o.ClientTLS.Certificates) == 0 && o.ClientTLS.GetClientCertificate == nil {
+		return fmt.Errorf("%w: ClientTLS has no client certificate", ErrInvalidPeerOptions)
+	}
+	if o.ClientTLS.InsecureSkipVerify && o.ClientTLS.VerifyConnection == nil && o.ClientTLS.VerifyPeerCertificate == nil {
+		return fmt.Errorf("%w: ClientTLS skips verification without verifying the server itself", ErrInvalidPeerOptions)
+	}
+	if o.TrustDomain != "" {
+		if err := checkTrustDomain(o.TrustDomain); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidPeerOptions, err)
+		}
+	}
+	return nil
+}
+
+// Peers is the replica-to-replica transport. Each pair of replicas shares
+// exactly one stream, which carries data both ways: the replica whose ID
+// sorts lower dials the other (SetPeers), and a replica refuses a stream
+// from a peer it should have dialed itself. Every stream starts with a
+// Hello each way: the dialer sends first, the server answers after
+// checking it. Each side then sends the catch-up messages its handler
+// returns from PeerHello, then what is broadcast.
+//
+// Identity: both sides present certificates from a shared CA, with the
+// replica's SPIFFE ID, spiffe://<trust-domain>/meshfed/replica/<id>, as
+// the only URI SAN (PeerCertificate). The server checks that the Hello
+// names the replica of the client's certificate; the dialer checks, during
+// the TLS handshake, that the server's certificate names the replica it
+// meant to dial, and that its Hello does too. A peer cannot pose as
+// another.
+//
+// Malformed frames (not JSON, or failing Validate) are counted, logged and
+// dropped; the stream stays open, since gRPC's framing is intact and the
+// next frame can be read. A dropped delta leaves a gap the handler's state
+// notices when the next delta of that cluster does not apply, and it asks
+// for a snapshot (Resync). A malformed or missing Hello closes the stream.
+type Peers struct {
+	opts    PeerOptions
+	log     logr.Logger
+	metrics *peerMetrics
+	server  *grpc.Server
+
+	// bound is closed when Run has bound its listener (addr set) or failed
+	// to.
+	bound chan struct{}
+	addr  net.Addr
+
+	// wg counts the dialers and the goroutines of each stream; Run waits
+	// for them. Adds happen under mu while not closing, or inside a counted
+	// goroutine or a gRPC handler (Stop waits for those).
+	wg sync.WaitGroup
+
+	mu sync.Mutex // guards the fields below
+	// running is set by Run; closing once Run is shutting down (no new
+	// streams or dialers after that).
+	running, closing bool
+	// runCtx is Run's context, the parent of every dialer.
+	runCtx context.Context
+	// desired is the last SetPeers, without Self.
+	desired map[ReplicaID]string
+	// dialers are the peers this replica dials, by ID.
+	dialers map[ReplicaID]*peerDialer
+	// links are the open streams by peer, at most one per peer.
+	links  map[ReplicaID]*peerLink
+	onDown []func(ReplicaID)
+}
+
+// peerDialer keeps one outbound stream to a peer open.
+type peerDialer struct {
+	addr   string
+	cancel context.CancelFunc
+}
+
+// peerLink is one open, authenticated stream to a peer.
+type peerLink struct {
+	id       ReplicaID
+	outbound bool
+	// ctx ends when the stream is closed, with the reason as its cause.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	queue  chan peerFrame
+}
+
+func (l *peerLink) close(cause error) { l.cancel(cause) }
+
+// Causes of a link closing that Peers decides itself.
+var (
+	errPeerReplaced = errors.New("replaced by a newer stream from the same peer")
+	errPeerRemoved  = errors.New("peer removed by SetPeers")
+)
+
+// NewPeers creates the transport. It binds nothing until Run.
+func NewPeers(opts PeerOptions) (*Peers, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts.defaults()
+	p := &Peers{
+		opts:    opts,
+		log:     opts.Log,
+		metrics: newPeerMetrics(),
+		bound:   make(chan struct{}),
+		desired: map[ReplicaID]string{},
+		dialers: map[ReplicaID]*peerDialer{},
+		links:   map[ReplicaID]*peerLink{},
+	}
+	if opts.Metrics != nil {
+		if err := p.metrics.register(opts.Metrics); err != nil {
+			return nil, fmt.Errorf("federation: peer metrics: %w", err)
+		}
+	}
+	p.server = grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(opts.TLS)),
+		grpc.MaxRecvMsgSize(MaxPeerFrameBytes),
+		grpc.MaxSendMsgSize(MaxPeerFrameBytes),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: opts.Keepalive, Timeout: opts.Keepalive}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: opts.Keepalive / 2, PermitWithoutStream: true}),
+		grpc.WaitForHandlers(true),
+	)
+	p.server.RegisterService(&peerServiceDesc, peerService{p})
+	return p, nil
+}
+
+// peerServiceDesc is the hand-written descriptor of
+//
+//	service Peer { rpc Sync(stream google.protobuf.BytesValue) returns (stream google.protobuf.BytesValue); }
+//
+// in package meshfed.federation.v1. No generated code: the messages are
+// JSON inside BytesValue.
+var peerServiceDesc = grpc.ServiceDesc{
+	ServiceName: peerServiceName,
+	HandlerType: (*peerSyncServer)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Sync",
+		Handler:       func(srv any, stream grpc.ServerStream) error { return srv.(peerSyncServer).Sync(stream) },
+		ServerStreams: true,
+		ClientStreams: true,
+	}},
+	Metadata: "meshfed/federation/v1/peer.proto",
+}
+
+type peerSyncServer interface {
+	Sync(grpc.ServerStream) error
+}
+
+type peerService struct{ p *Peers }
+
+func (s peerService) Sync(stream grpc.ServerStream) error { return s.p.accept(stream) }
+
+// frameStream is what both ends of the stream have in common.
+type frameStream interface {
+	SendMsg(m any) error
+	RecvMsg(m any) error
+}
+
+// Run serves inbound streams and keeps the outbound ones open until ctx
+// ends. It returns nil when ctx ends, or the error that stopped it.
+func (p *Peers) Run(ctx context.Context) error {
+	p.mu.Lock()
+	if p.running {
+		p.mu.Unlock()
+		return ErrPeersRunning
+	}
+	p.running = true
+	p.mu.Unlock()
+
+	lis, err := net.Listen("tcp", p.opts.ListenAddr)
+	if err != nil {
+		close(p.bound)
+		return fmt.Errorf("federation: peer listener: %w", err)
+	}
+	p.addr = lis.Addr()
+	close(p.bound)
+	p.log.Info("serving peers", "addr", p.addr.String(), "self", p.opts.Self)
+
+	p.mu.Lock()
+	p.runCtx = ctx
+	p.reconcileLocked()
+	p.mu.Unlock()
+
+	served := make(chan error, 1)
+	go func() { served <- p.server.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-served:
+	}
+
+	p.mu.Lock()
+	p.closing = true
+	for _, d := range p.dialers {
+		d.cancel()
+	}
+	p.mu.Unlock()
+	p.server.Stop() // closes every stream and waits for the handlers
+	p.wg.Wait()
+	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("federation: serving peers: %w", err)
+	}
+	return nil
+}
+
+// Addr returns the address Run listens on. It blocks until Run has bound
+// it, and returns nil if Run could not.
+func (p *Peers) Addr() net.Addr {
+	<-p.bound
+	return p.addr
+}
+
+// SetPeers sets the replicas this one should be connected to, by ID and
+// peer address (from membership; Self is ignored). Of those, it dials the
+// ones whose IDs sort above its own, retrying with backoff, and redials
+// when an address changes; the others dial it. It closes the streams, in
+// either direction, of replicas the previous call listed and this one does
+// not. A stream from a replica never listed is accepted: membership views
+// converge at different times.
+func (p *Peers) SetPeers(peers map[ReplicaID]string) {
+	desired := make(map[ReplicaID]string, len(peers))
+	for id, addr := range peers {
+		if id == p.opts.Self {
+			continue
+		}
+		if err := checkReplicaID(id); err != nil || addr == "" {
+			p.log.Info("ignoring peer with invalid ID or no address", "peer", id, "addr", addr)
+			continue
+		}
+		desired[id] = addr
+	}
+	p.mu.Lock()
+	var drop []*peerLink
+	for id := range p.desired {
+		if _, ok := desired[id]; !ok && p.links[id] != nil {
+			drop = append(drop, p.links[id])
+		}
+	}
+	p.desired = desired
+	p.reconcileLocked()
+	p.mu.Unlock()
+	for _, l := range drop {
+		l.close(errPeerRemoved)
+	}
+}
+
+// dials reports whether this replica dials peer id: the lower ID dials.
+func (p *Peers) dials(id ReplicaID) bool { return p.opts.Self < id }
+
+// reconcileLocked starts and stops dialers to match desired. p.mu must be
+// held.
+func (p *Peers) reconcileLocked() {
+	if p.runCtx == nil || p.closing {
+		return
+	}
+	for id, d := range p.dialers {
+		if addr, ok := p.desired[id]; !ok || addr != d.addr {
+			d.cancel()
+			delete(p.dialers, id)
+		}
+	}
+	for id, addr := range p.desired {
+		if !p.dials(id) || p.dialers[id] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(p.runCtx)
+		p.dialers[id] = &peerDialer{addr: addr, cancel: cancel}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer cancel()
+			p.dialLoop(ctx, id, addr)
+		}()
+	}
+}
+
+// Broadcast queues msg for every connected peer. It never blocks: a peer
+// whose queue is full has its stream closed (and catches up when it
+// reconnects). It returns an error only for a message that cannot be sent
+// at all (ErrMalformedMessage), which it also logs.
+func (p *Peers) Broadcast(msg *PeerMessage) error {
+	f, err := encodeOutbound(msg)
+	if err != nil {
+		p.log.Error(err, "not broadcasting malformed message")
+		return err
+	}
+	p.mu.Lock()
+	links := slices.Collect(maps.Values(p.links))
+	p.mu.Unlock()
+	for _, l := range links {
+		_ = p.enqueue(l, f) // overflows are counted and logged
+	}
+	return nil
+}
+
+// Send queues msg for one peer. It never blocks. It fails with
+// ErrPeerNotConnected when there is no stream to the peer, ErrPeerOverflow
+// when the peer's queue is full (the stream is then closed), and
+// ErrMalformedMessage for a message that cannot be sent.
+func (p *Peers) Send(to ReplicaID, msg *PeerMessage) error {
+	f, err := encodeOutbound(msg)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	l := p.links[to]
+	p.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("%w: %s", ErrPeerNotConnected, to)
+	}
+	return p.enqueue(l, f)
+}
+
+// encodeOutbound encodes a message of the handler's; the Hello is the
+// transport's own.
+func encodeOutbound(msg *PeerMessage) (peerFrame, error) {
+	if msg != nil && msg.Hello != nil {
+		return peerFrame{}, fmt.Errorf("%w: Hello is sent by the transport", ErrMalformedMessage)
+	}
+	return encodePeerFrame(msg)
+}
+
+func (p *Peers) enqueue(l *peerLink, f peerFrame) error {
+	if l.ctx.Err() != nil {
+		return fmt.Errorf("%w: %s (stream closing)", ErrPeerNotConnected, l.id)
+	}
+	select {
+	case l.queue <- f:
+		return nil
+	default:
+	}
+	p.metrics.overflows.Inc()
+	err := fmt.Errorf("%w: %s, %d frames waiting", ErrPeerOverflow, l.id, cap(l.queue))
+	p.log.Info("peer cannot keep up; closing its stream so it resyncs", "peer", l.id, "queue", cap(l.queue))
+	l.close(err)
+	return err
+}
+
+// Connected returns the peers with an open stream, sorted.
+func (p *Peers) Connected() []ReplicaID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.links))
+}
+
+// OnPeerDown registers fn to be called when the stream to a peer closes
+// and no newer stream from that peer has replaced it: the peer died,
+// restarted, was partitioned, fell behind, or was removed by SetPeers. It
+// is an early signal of failure, seconds before gossip. fn runs on the
+// stream's goroutine and must not block long; it is not called while Run
+// shuts down.
+func (p *Peers) OnPeerDown(fn func(ReplicaID)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.onDown = append(p.onDown, fn)
+}
+
+// accept serves one inbound stream.
+func (p *Peers) accept(ss grpc.ServerStream) error {
+	ctx := ss.Context()
+	certID, err := p.streamIdentity(ctx)
+	if err != nil {
+		p.reject("", peerRejectIdentity, err)
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	hello, reason, err := p.recvHello(ctx, ss, nil)
+	if err != nil {
+		if reason != "" {
+			p.reject(certID, reason, err)
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		return err
+	}
+	if hello.Replica != certID {
+		err := fmt.Errorf("%w: Hello claims replica %q, certificate is of %q", ErrPeerIdentity, hello.Replica, certID)
+		p.reject(certID, peerRejectIdentity, err)
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	if hello.Replica == p.opts.Self {
+		err := fmt.Errorf("%w: peer claims to be this replica, %q", ErrPeerIdentity, p.opts.Self)
+		p.reject(certID, peerRejectIdentity, err)
+		return status.Error(codes.PermissionDenied, err.Error())
+	}
+	if p.dials(hello.Replica) {
+		err := fmt.Errorf("replica %q dials %q, not the other way round", p.opts.Self, hello.Replica)
+		p.reject(certID, peerRejectDirection, err)
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	p.metrics.received[peerKindHello].Inc()
+	if err := p.sendHello(ss); err != nil {
+		return err
+	}
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	l := p.newLink(hello.Replica, false, lctx, cancel)
+	cause := p.serveLink(l, ss, hello.Digest)
+	switch {
+	case errors.Is(cause, ErrPeerOverflow):
+		return status.Error(codes.ResourceExhausted, cause.Error())
+	case errors.Is(cause, errPeerReplaced), errors.Is(cause, errPeerRemoved):
+		return status.Error(codes.Aborted, cause.Error())
+	}
+	return nil
+}
+
+// dialLoop keeps a stream to peer id at addr open until ctx ends.
+func (p *Peers) dialLoop(ctx context.Context, id ReplicaID, addr string) {
+	log := p.log.WithValues("peer", id, "addr", addr)
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(p.clientCreds(id)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxPeerFrameBytes), grpc.MaxCallSendMsgSize(MaxPeerFrameBytes)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: p.opts.Keepalive, Timeout: p.opts.Keepalive, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: p.opts.ReconnectMin, Multiplier: 2, Jitter: 0.2, MaxDelay: p.opts.ReconnectMax},
+			MinConnectTimeout: p.opts.HelloTimeout,
+		}),
+	)
+	if err != nil {
+		log.Error(err, "cannot dial peer")
+		return
+	}
+	defer conn.Close()
+	wait := p.opts.ReconnectMin
+	for failures := 0; ; {
+		start := time.Now()
+		established, err := p.dialOnce(ctx, conn, id)
+		if ctx.Err() != nil {
+			return
+		}
+		if established && time.Since(start) >= p.opts.ReconnectMax {
+			wait, failures = p.opts.ReconnectMin, 0
+		}
+		failures++
+		if failures == 1 || failures%10 == 0 {
+			log.Info("peer stream ended; redialing", "error", errString(err), "failures", failures)
+		}
+		t := time.NewTimer(peerJitter(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, p.opts.ReconnectMax)
+	}
+}
+
+// dialOnce opens one stream to id and serves it until it ends. It reports
+// whether the Hellos were exchanged.
+func (p *Peers) dialOnce(ctx context.Context, conn *grpc.ClientConn, id ReplicaID) (bool, error) {
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	cs, err := conn.NewStream(lctx, &peerServiceDesc.Streams[0], peerSyncMethod)
+	if err != nil {
+		return false, err
+	}
+	if err := p.sendHello(cs); err != nil {
+		return false, err
+	}
+	hello, reason, err := p.recvHello(lctx, cs, cancel)
+	if err != nil {
+		if reason != "" {
+			p.reject(id, reason, err)
+		}
+		return false, err
+	}
+	if hello.Replica != id {
+		err := fmt.Errorf("%w: dialed %q, its Hello claims %q", ErrPeerIdentity, id, hello.Replica)
+		p.reject(id, peerRejectIdentity, err)
+		return false, err
+	}
+	p.metrics.received[peerKindHello].Inc()
+	l := p.newLink(id, true, lctx, cancel)
+	return true, p.serveLink(l, cs, hello.Digest)
+}
+
+// clientCreds are ClientTLS plus a check, in the handshake, that the server
+// is replica id.
+func (p *Peers) clientCreds(id ReplicaID) credentials.TransportCredentials {
+	cfg := p.opts.ClientTLS.Clone()
+	inner := cfg.VerifyConnection
+	trustDomain := p.opts.TrustDomain
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if inner != nil {
+			if err := inner(cs); err != nil {
+				return err
+			}
+		}
+		if len(cs.PeerCertificates) == 0 {
+			return fmt.Errorf("%w: server presented no certificate", ErrPeerIdentity)
+		}
+		got, err := ReplicaFromCertificate(cs.PeerCertificates[0], trustDomain)
+		if err != nil {
+			return err
+		}
+		if got != id {
+			return fmt.Errorf("%w: dialed replica %q, server is %q", ErrPeerIdentity, id, got)
+		}
+		return nil
+	}
+	return credentials.NewTLS(cfg)
+}
+
+// streamIdentity is the replica of the verified client certificate of an
+// inbound stream.
+func (p *Peers) streamIdentity(ctx context.Context) (ReplicaID, error) {
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", fmt.Errorf("%w: no peer information", ErrPeerIdentity)
+	}
+	info, ok := pr.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.VerifiedChains) == 0 || len(info.State.VerifiedChains[0]) == 0 {
+		return "", fmt.Errorf("%w: no verified client certificate", ErrPeerIdentity)
+	}
+	return ReplicaFromCertificate(info.State.VerifiedChains[0][0], p.opts.TrustDomain)
+}
+
+func (p *Peers) sendHello(s frameStream) error {
+	data, err := json.Marshal(&PeerMessage{Hello: &Hello{Replica: p.opts.Self, Digest: p.opts.LocalDigest(), Protocol: PeerProtocol}})
+	if err != nil {
+		return fmt.Errorf("federation: encode hello: %w", err)
+	}
+	if err := s.SendMsg(&wrapperspb.BytesValue{Value: data}); err != nil {
+		return err
+	}
+	p.metrics.sent[peerKindHello].Inc()
+	return nil
+}
+
+// recvHello waits up to HelloTimeout for the first frame and checks that it
+// is a Hello of our protocol. A failure caused by the peer's frame comes
+// with a rejection reason. On timeout it cancels the stream with cancel
+// when given; a server handler instead returns, which ends the stream.
+func (p *Peers) recvHello(ctx context.Context, s frameStream, cancel context.CancelCauseFunc) (*Hello, string, error) {
+	type result struct {
+		hello  *Hello
+		reason string
+		err    error
+	}
+	got := make(chan result, 1)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		var in wrapperspb.BytesValue
+		if err := s.RecvMsg(&in); err != nil {
+			got <- result{err: err}
+			return
+		}
+		m, reason, err := decodePeerFrame(in.Value)
+		switch {
+		case err != nil:
+			got <- result{reason: reason, err: err}
+		case m.Hello == nil:
+			got <- result{reason: peerRejectNoHello, err: fmt.Errorf("%w: first frame is a %s, not a hello", ErrMalformedMessage, m.kind())}
+		case m.Hello.Protocol != PeerProtocol:
+			got <- result{reason: peerRejectProtocol, err: fmt.Errorf("peer speaks protocol %d, this replica %d", m.Hello.Protocol, PeerProtocol)}
+		default:
+			got <- result{hello: m.Hello}
+		}
+	}()
+	t := time.NewTimer(p.opts.HelloTimeout)
+	defer t.Stop()
+	select {
+	case r := <-got:
+		return r.hello, r.reason, r.err
+	case <-t.C:
+		err := fmt.Errorf("no hello within %v", p.opts.HelloTimeout)
+		if cancel != nil {
+			cancel(err)
+		}
+		return nil, peerRejectNoHello, err
+	case <-ctx.Done():
+		return nil, "", context.Cause(ctx)
+	}
+}
+
+func (p *Peers) newLink(id ReplicaID, outbound bool, ctx context.Context, cancel context.CancelCauseFunc) *peerLink {
+	return &peerLink{id: id, outbound: outbound, ctx: ctx, cancel: cancel, queue: make(chan peerFrame, p.opts.SendQueue)}
+}
+
+// serveLink runs an authenticated stream until it closes and returns why.
+// It registers the link (replacing an older one of the same peer), asks
+// the handler for catch-up messages, and runs a reader and a writer.
+func (p *Peers) serveLink(l *peerLink, s frameStream, digest Digest) error {
+	log := p.log.WithValues("peer", l.id, "outbound", l.outbound)
+	if !p.addLink(l) {
+		return errors.New("shutting down")
+	}
+	defer p.removeLink(l)
+	log.Info("peer connected")
+
+	// Registered first, so that anything broadcast from now on is queued
+	// behind the catch-up messages and never lost in between.
+	var first []peerFrame
+	for _, m := range p.opts.Handler.PeerHello(l.id, digest) {
+		f, err := encodeOutbound(m)
+		if err != nil {
+			log.Error(err, "dropping malformed catch-up message")
+			continue
+		}
+		first = append(first, f)
+	}
+	p.wg.Add(2)
+	go func() {
+		defer p.wg.Done()
+		p.readLoop(l, s)
+	}()
+	go func() {
+		defer p.wg.Done()
+		p.writeLoop(l, s, first)
+	}()
+	<-l.ctx.Done()
+	cause := context.Cause(l.ctx)
+	log.Info("peer disconnected", "reason", errString(cause))
+	return cause
+}
+
+func (p *Peers) addLink(l *peerLink) bool {
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return false
+	}
+	old := p.links[l.id]
+	p.links[l.id] = l
+	p.metrics.connected.Set(float64(len(p.links)))
+	p.mu.Unlock()
+	if old != nil {
+		old.close(errPeerReplaced)
+	}
+	return true
+}
+
+func (p *Peers) removeLink(l *peerLink) {
+	p.mu.Lock()
+	current := p.links[l.id] == l
+	if current {
+		delete(p.links, l.id)
+		p.metrics.connected.Set(float64(len(p.links)))
+	}
+	fns := slices.Clone(p.onDown)
+	closing := p.closing
+	p.mu.Unlock()
+	if current && !closing {
+		for _, fn := range fns {
+			fn(l.id)
+		}
+	}
+}
+
+// readLoop delivers the peer's frames to the handler until the stream
+// ends.
+func (p *Peers) readLoop(l *peerLink, s frameStream) {
+	for {
+		var in wrapperspb.BytesValue
+		if err := s.RecvMsg(&in); err != nil {
+			l.close(fmt.Errorf("receive: %w", err))
+			return
+		}
+		m, reason, err := decodePeerFrame(in.Value)
+		if err != nil {
+			p.reject(l.id, reason, err)
+			continue
+		}
+		if m.Hello != nil {
+			p.reject(l.id, peerRejectHelloAgain, fmt.Errorf("%w: hello after the first frame", ErrMalformedMessage))
+			continue
+		}
+		p.metrics.received[m.kind()].Inc()
+		if l.ctx.Err() != nil {
+			return
+		}
+		p.opts.Handler.PeerMessage(l.id, m)
+	}
+}
+
+// writeLoop sends the catch-up frames, then the queue, until the stream
+// ends.
+func (p *Peers) writeLoop(l *peerLink, s frameStream, first []peerFrame) {
+	for _, f := range first {
+		if !p.write(l, s, f) {
+			return
+		}
+	}
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case f := <-l.queue:
+			if !p.write(l, s, f) {
+				return
+			}
+		}
+	}
+}
+
+func (p *Peers) write(l *peerLink, s frameStream, f peerFrame) bool {
+	if l.ctx.Err() != nil {
+		return false
+	}
+	if err := s.SendMsg(&wrapperspb.BytesValue{Value: f.data}); err != nil {
+		l.close(fmt.Errorf("send: %w", err))
+		return false
+	}
+	p.metrics.sent[f.kind].Inc()
+	return true
+}
+
+func (p *Peers) reject(from ReplicaID, reason string, err error) {
+	p.metrics.rejected.WithLabelValues(reason).Inc()
+	p.log.Info("peer message rejected", "peer", from, "reason", reason, "error", err.Error())
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// peerJitter spreads d over [d/2, 3d/2) so replicas do not redial in
+// lockstep.
+func peerJitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d)
+}
+
+// ReplicaURI is the SPIFFE ID of replica id in trustDomain:
+// spiffe://<trust-domain>/meshfed/replica/<id>. The path cannot collide
+// with workload IDs (spiffe://<trust-domain>/ns/<ns>/sa/<sa>), so a CA
+// that signs both cannot be tricked into a workload posing as a replica.
+func ReplicaURI(trustDomain string, id ReplicaID) *url.URL {
+	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: peerURIPrefix + string(id)}
+}
+
+// ReplicaFromCertificate returns the replica a peer certificate names. The
+// certificate must have exactly one URI SAN (as a SPIFFE X.509-SVID does),
+// a replica SPIFFE ID (ReplicaURI), of trustDomain unless that is empty.
+func ReplicaFromCertificate(cert *x509.Certificate, trustDomain string) (ReplicaID, error) {
+	if cert == nil {
+		return "", fmt.Errorf("%w: no certificate", ErrPeerIdentity)
+	}
+	if len(cert.URIs) != 1 {
+		return "", fmt.Errorf("%w: certificate %q has %d URI SANs, want one replica SPIFFE ID", ErrPeerIdentity, cert.Subject, len(cert.URIs))
+	}
+	u := cert.URIs[0]
+	if u.Scheme != "spiffe" || u.Host == "" || u.Opaque != "" || u.User != nil || u.Port() != "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%w: %q is not a SPIFFE ID", ErrPeerIdentity, u)
+	}
+	if trustDomain != "" && u.Host != trustDomain {
+		return "", fmt.Errorf("%w: %q is not in trust domain %q", ErrPeerIdentity, u, trustDomain)
+	}
+	name, ok := strings.CutPrefix(u.Path, peerURIPrefix)
+	if !ok || u.RawPath != "" {
+		return "", fmt.Errorf("%w: %q is not a replica ID (spiffe://<trust-domain>%s<id>)", ErrPeerIdentity, u, peerURIPrefix)
+	}
+	id := ReplicaID(name)
+	if err := checkReplicaID(id); err != nil {
+		return "", fmt.Errorf("%w: %q: %w", ErrPeerIdentity, u, err)
+	}
+	return id, nil
+}
+
+// checkTrustDomain applies the SPIFFE rule: lower-case letters, digits,
+// '.', '-' and '_'.
+func checkTrustDomain(td string) error {
+	if td == "" || len(td) > 255 {
+		return fmt.Errorf("trust domain %q: empty or too long", td)
+	}
+	for _, r := range td {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			return fmt.Errorf("trust domain %q: character %q is not allowed", td, r)
+		}
+	}
+	return nil
+}
+
+// PeerCertificate issues replica id a certificate for the peer transport,
+// signed by ca: both server and client usage, the SPIFFE ID
+// ReplicaURI(DefaultPeerTrustDomain, id) as the only URI SAN, valid for
+// DefaultPeerCertValidity from now. The chain includes ca's certificates
+// when ca is not a root.
+func PeerCertificate(ca *pki.CA, id ReplicaID, now time.Time) (tls.Certificate, error) {
+	if err := checkReplicaID(id); err != nil {
+		return tls.Certificate{}, fmt.Errorf("%w: %w", ErrPeerIdentity, err)
+	}
+	certPEM, keyPEM, err := ca.Issue(pki.IssueOptions{
+		CommonName: string(id),
+		URIs:       []*url.URL{ReplicaURI(DefaultPeerTrustDomain, id)},
+		Validity:   DefaultPeerCertValidity,
+		Server:     true,
+		Client:     true,
+		Now:        now,
+	})
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if !bytes.Equal(ca.Cert.RawIssuer, ca.Cert.RawSubject) {
+		certPEM = append(certPEM, ca.CertPEM...)
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
+}
+
+// PeerTLS returns the TLS configurations of the peer transport for a
+// replica holding cert, trusting the CAs in ca.
+//
+// The server requires a client certificate that verifies against ca for
+// client use. The client verifies the server's chain against ca for server
+// use but not a host name: replicas are named by the SPIFFE ID in their
+// certificates, not by the address dialed, and Peers checks that ID for
+// every stream. Use the client configuration only with Peers.
+func PeerTLS(ca *x509.CertPool, cert tls.Certificate) (server, client *tls.Config) {
+	server = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    ca,
+	}
+	client = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      ca,
+		// Go's own verification checks the host name, which replica
+		// certificates do not carry; VerifyConnection verifies the chain
+		// instead, and Peers the replica ID.
+		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyPeerChain(cs, ca)
+		},
+	}
+	return server, client
+}
+
+// verifyPeerChain verifies the server's chain against roots, for server
+// use.
+func verifyPeerChain(cs tls.ConnectionState, roots *x509.CertPool) error {
+	if len(cs.PeerCertificates) == 0 {
+		return fmt.Errorf("%w: server presented no certificate", ErrPeerIdentity)
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+		Roots:         roots,
+		Intermediates: inter,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	if err != nil {
+		return fmt.Errorf("%w: server certificate: %w", ErrPeerIdentity, err)
+	}
+	return nil
+}
+
+// LoadPeerTLS reads the peer TLS files (the --peer-tls-cert, -key and -ca
+// flags): this replica's certificate chain and key, PEM, and the CA
+// certificates to trust, PEM. The certificate must carry a replica SPIFFE
+// ID (ReplicaURI). The files are read once; rotating them needs a restart.
+func LoadPeerTLS(certFile, keyFile, caFile string) (server, client *tls.Config, err error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("federation: peer certificate: %w", err)
+	}
+	leaf := cert.Leaf
+	if leaf == nil { // GODEBUG=x509keypairleaf=0
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, nil, fmt.Errorf("federation: peer certificate: %w", err)
+		}
+	}
+	if _, err := ReplicaFromCertificate(leaf, ""); err != nil {
+		return nil, nil, fmt.Errorf("federation: peer certificate %s: %w", certFile, err)
+	}
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("federation: peer CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, nil, fmt.Errorf("federation: peer CA %s holds no PEM certificate", caFile)
+	}
+	server, client = PeerTLS(pool, cert)
+	return server, client, nil
+}
+
+// peerMetrics are the transport's Prometheus metrics.
+type peerMetrics struct {
+	messages  *prometheus.CounterVec
+	sent      map[string]prometheus.Counter
+	received  map[string]prometheus.Counter
+	rejected  *prometheus.CounterVec
+	connected prometheus.Gauge
+	overflows prometheus.Counter
+}
+
+func newPeerMetrics() *peerMetrics {
+	m := &peerMetrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_federation_peer_messages_total",
+			Help: "Peer stream frames sent, and received and accepted, by direction and kind.",
+		}, []string{"direction", "kind"}),
+		sent:     map[string]prometheus.Counter{},
+		received: map[string]prometheus.Counter{},
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_federation_peer_messages_rejected_total",
+			Help: "Peer stream frames and streams refused, by reason.",
+		}, []string{"reason"}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshfed_federation_peers_connected",
+			Help: "Peers with an open, authenticated stream.",
+		}),
+		overflows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshfed_federation_peer_send_overflows_total",
+			Help: "Peer streams closed because the peer's send queue was full.",
+		}),
+	}
+	// Every label value exists from the start, so that dashboards and
+	// rate() see zeros rather than missing series.
+	for _, k := range peerKinds {
+		m.sent[k] = m.messages.WithLabelValues("sent", k)
+		m.received[k] = m.messages.WithLabelValues("received", k)
+	}
+	for _, r := range peerRejectReasons {
+		m.rejected.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *peerMetrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.messages, m.rejected, m.connected, m.overflows} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

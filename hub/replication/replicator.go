@@ -1,0 +1,586 @@
+package replication
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/utils/clock"
+
+	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// Options configure a Replicator.
+type Options struct {
+	Self federation.ReplicaID
+	// WatchReplicas is how many live replicas watch each remote cluster.
+	WatchReplicas int
+
+	// GossipAddr is memberlist's bind address; Join lists seeds.
+	GossipAddr, GossipAdvertiseAddr string
+	Join                            []string
+	// GossipKey encrypts gossip; nil leaves it in plaintext.
+	GossipKey []byte
+
+	// PeerAddr is the peer gRPC listen address, PeerAdvertiseAddr the
+	// address other replicas dial (default PeerAddr).
+	PeerAddr, PeerAdvertiseAddr string
+	ServerTLS, ClientTLS        *tls.Config
+
+	Log     logr.Logger
+	Metrics prometheus.Registerer
+	Clock   clock.PassiveClock
+}
+
+// Replicator connects this hub replica to the others.
+type Replicator struct {
+	opts       Options
+	store      *store.Store
+	trust      *trustBundle
+	membership *federation.Membership
+	peers      *federation.Peers
+	own        *ownership
+	m          *metrics
+}
+
+// New creates a Replicator for st. Call SetStore before Run if st is nil
+// at construction time (the store publishes through the Replicator).
+func New(opts Options) (*Replicator, error) {
+	if opts.WatchReplicas < 1 {
+		opts.WatchReplicas = 1
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.PeerAdvertiseAddr == "" {
+		opts.PeerAdvertiseAddr = opts.PeerAddr
+	}
+	r := &Replicator{
+		opts: opts, own: newOwnership(opts.Self, opts.WatchReplicas), m: newMetrics(opts.Metrics),
+		trust: &trustBundle{b: federation.NewTrustBundle(), changed: make(chan struct{}, 1)},
+	}
+	var err error
+	r.peers, err = federation.NewPeers(federation.PeerOptions{
+		Self: opts.Self, ListenAddr: opts.PeerAddr,
+		TLS: opts.ServerTLS, ClientTLS: opts.ClientTLS,
+		Handler: r, LocalDigest: r.digest,
+		Log: opts.Log.WithName("peers"), Metrics: opts.Metrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	r.peers.OnPeerDown(r.peerDown)
+	r.registerOwned(opts.Metrics)
+	r.membership, err = federation.NewMembership(federation.MembershipOptions{
+		ReplicaID: opts.Self, BindAddr: opts.GossipAddr, AdvertiseAddr: opts.GossipAdvertiseAddr,
+		Join: opts.Join, Key: opts.GossipKey, PeerAddr: opts.PeerAdvertiseAddr,
+		LocalState: r.digest, MergeState: r.mergeDigest,
+		Log: opts.Log.WithName("gossip"), Metrics: opts.Metrics,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	return r, nil
+}
+
+// SetStore gives the Replicator the store it replicates. It must be called
+// once, before Run.
+func (r *Replicator) SetStore(st *store.Store) { r.store = st }
+
+// Publish sends a local write to every peer. It does not block.
+func (r *Replicator) Publish(msg *federation.PeerMessage) {
+	if err := r.peers.Broadcast(msg); err != nil {
+		r.opts.Log.V(1).Info("broadcast incomplete", "error", err.Error())
+	}
+	r.m.published.Inc()
+}
+
+// Ownership returns which clusters this replica watches.
+func (r *Replicator) Ownership() *ownership { return r.own }
+
+// Run runs membership and the peer transport until ctx ends; then it
+// leaves the gossip gracefully so the others take over at once.
+func (r *Replicator) Run(ctx context.Context) error {
+	if r.store == nil {
+		return errors.New("replication: Run without a store")
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.peers.Run(ctx) })
+	g.Go(func() error { return r.membership.Run(ctx) })
+	g.Go(func() error {
+		r.onMembers()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.membership.Changed():
+				r.onMembers()
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// onMembers brings ownership and peer connections in line with the live
+// members.
+func (r *Replicator) onMembers() {
+	members := r.membership.Members()
+	ids := make([]federation.ReplicaID, 0, len(members))
+	peers := map[federation.ReplicaID]string{}
+	for _, m := range members {
+		ids = append(ids, m.ID)
+		if m.ID != r.opts.Self && m.PeerAddr != "" {
+			peers[m.ID] = m.PeerAddr
+		}
+	}
+	r.peers.SetPeers(peers)
+	r.setMembers(ids)
+}
+
+func (r *Replicator) setMembers(ids []federation.ReplicaID) {
+	var clusters []model.ClusterID
+	if r.store != nil {
+		clusters = slices.Collect(maps.Keys(r.store.Digest()))
+	}
+	moved := r.own.setMembers(ids, clusters)
+	r.m.moves.Add(float64(moved))
+	r.m.members.Set(float64(len(ids)))
+}
+
+// peerDown sets a peer aside as suspect: its clusters move now rather than
+// when gossip declares it dead.
+func (r *Replicator) peerDown(id federation.ReplicaID) {
+	r.opts.Log.Info("peer stream broke; treating peer as suspect", "peer", id)
+	if r.own.suspect(id, true) {
+		r.setMembers(r.own.liveMembers())
+	}
+}
+
+func (r *Replicator) digest() federation.Digest {
+	if r.store == nil {
+		return federation.Digest{}
+	}
+	return r.store.Digest()
+}
+
+// mergeDigest is memberlist's push/pull: ask the peer for what it is
+// ahead on.
+func (r *Replicator) mergeDigest(from federation.ReplicaID, d federation.Digest) {
+	if r.store == nil {
+		return
+	}
+	if behind := r.store.Behind(d); len(behind) > 0 {
+		r.resync(from, behind, "gossip digest")
+	}
+}
+
+func (r *Replicator) resync(from federation.ReplicaID, clusters []model.ClusterID, why string) {
+	r.m.resyncs.WithLabelValues(why).Inc()
+	if err := r.peers.Send(from, &federation.PeerMessage{Resync: clusters}); err != nil {
+		r.opts.Log.V(1).Info("cannot ask peer for snapshots", "peer", from, "clusters", clusters, "error", err.Error())
+	}
+}
+
+// PeerHello implements federation.PeerHandler: a peer (re)connected; send
+// it every cluster it is behind on. A suspect that is back is taken back.
+func (r *Replicator) PeerHello(from federation.ReplicaID, digest federation.Digest) []*federation.PeerMessage {
+	if r.own.suspect(from, false) {
+		r.setMembers(r.own.liveMembers())
+	}
+	if r.store == nil {
+		return nil
+	}
+	snaps := r.store.Snapshots(r.store.AheadOf(digest))
+	out := make([]*federation.PeerMessage, 0, len(snaps)+1)
+	for i := range snaps {
+		out = append(out, &federation.PeerMessage{Snapshot: &snaps[i]})
+	}
+	if m := r.trust.message(); m != nil {
+		out = append(out, m)
+	}
+	return out
+}
+
+// PeerMessage implements federation.PeerHandler.
+func (r *Replicator) PeerMessage(from federation.ReplicaID, msg *federation.PeerMessage) {
+	if r.store == nil {
+		return
+	}
+	now := r.opts.Clock.Now()
+	switch {
+	case msg.Snapshot != nil:
+		err := r.store.ApplySnapshot(*msg.Snapshot)
+		r.account("snapshot", err, now.Sub(msg.Snapshot.Sent))
+	case msg.Delta != nil:
+		err := r.store.ApplyDelta(*msg.Delta)
+		r.account("delta", err, now.Sub(msg.Delta.Sent))
+		if errors.Is(err, federation.ErrGap) {
+			r.resync(from, []model.ClusterID{msg.Delta.Cluster}, "gap")
+		}
+	case len(msg.Trust) > 0:
+		var st federation.TrustBundleState
+		if err := json.Unmarshal(msg.Trust, &st); err != nil {
+			r.m.rejected.WithLabelValues("trust", "invalid").Inc()
+			r.opts.Log.Error(err, "trust bundle from peer refused", "peer", from)
+			return
+		}
+		if r.trust.merge(st) {
+			r.m.applied.WithLabelValues("trust").Inc()
+		}
+	case len(msg.Resync) > 0:
+		for _, snap := range r.store.Snapshots(msg.Resync) {
+			if err := r.peers.Send(from, &federation.PeerMessage{Snapshot: &snap}); err != nil {
+				r.opts.Log.V(1).Info("cannot send snapshot", "peer", from, "cluster", snap.Cluster, "error", err.Error())
+				return
+			}
+		}
+	}
+}
+
+// account counts an applied (or refused) replicated write.
+func (r *Replicator) account(kind string, err error, lag time.Duration) {
+	switch {
+	case err == nil:
+		r.m.applied.WithLabelValues(kind).Inc()
+		r.m.lag.Observe(lag.Seconds())
+	case errors.Is(err, federation.ErrDuplicate):
+		r.m.rejected.WithLabelValues(kind, "duplicate").Inc()
+	case errors.Is(err, federation.ErrStale):
+		r.m.rejected.WithLabelValues(kind, "stale").Inc()
+	case errors.Is(err, federation.ErrGap):
+		r.m.rejected.WithLabelValues(kind, "gap").Inc()
+	case errors.Is(err, federation.ErrRemoved):
+		r.m.rejected.WithLabelValues(kind, "removed").Inc()
+	default:
+		r.m.rejected.WithLabelValues(kind, "invalid").Inc()
+		r.opts.Log.Error(err, "replicated write refused", "kind", kind)
+	}
+}
+
+// AddRoot adds a root certificate to the federated trust bundle and
+// publishes the bundle; it reports false when a newer removal of the same
+// root wins.
+func (r *Replicator) AddRoot(root federation.Root) bool {
+	if !r.trust.add(root) {
+		return false
+	}
+	r.publishTrust()
+	return true
+}
+
+// RemoveRoot removes a root from the federated trust bundle (a tombstone,
+// so that no late message brings it back) and publishes the bundle.
+func (r *Replicator) RemoveRoot(fingerprint string) bool {
+	if !r.trust.remove(fingerprint, r.opts.Clock.Now(), r.opts.Self) {
+		return false
+	}
+	r.publishTrust()
+	return true
+}
+
+// TrustRoots returns the live, unexpired roots of the federated bundle.
+func (r *Replicator) TrustRoots() []federation.Root { return r.trust.roots(r.opts.Clock.Now()) }
+
+// TrustChanged signals (coalesced) that the trust bundle changed.
+func (r *Replicator) TrustChanged() <-chan struct{} { return r.trust.changed }
+
+func (r *Replicator) publishTrust() {
+	if m := r.trust.message(); m != nil {
+		r.Publish(m)
+	}
+}
+
+// trustBundle guards a federation.TrustBundle for concurrent use.
+type trustBundle struct {
+	mu      sync.Mutex // guards b
+	b       *federation.TrustBundle
+	changed chan struct{}
+}
+
+func (t *trustBundle) notify() {
+	select {
+	case t.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (t *trustBundle) add(root federation.Root) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ok := t.b.Add(root)
+	if ok {
+		t.notify()
+	}
+	return ok
+}
+
+func (t *trustBundle) remove(fp string, at time.Time, by federation.ReplicaID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ok := t.b.Remove(fp, at, by)
+	if ok {
+		t.notify()
+	}
+	return ok
+}
+
+func (t *trustBundle) merge(st federation.TrustBundleState) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ok := t.b.Merge(st)
+	if ok {
+		t.notify()
+	}
+	return ok
+}
+
+func (t *trustBundle) roots(now time.Time) []federation.Root {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.b.Roots(now)
+}
+
+// message is the bundle's whole state as a peer message, nil when empty.
+func (t *trustBundle) message() *federation.PeerMessage {
+	t.mu.Lock()
+	st := t.b.State()
+	t.mu.Unlock()
+	if len(st.Roots) == 0 && len(st.Tombstones) == 0 {
+		return nil
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return nil
+	}
+	return &federation.PeerMessage{Trust: raw}
+}
+
+// Federationz is the JSON document of /debug/federationz.
+type Federationz struct {
+	Self          federation.ReplicaID   `json:"self"`
+	WatchReplicas int                    `json:"watchReplicas"`
+	Members       []FederationzMember    `json:"members"`
+	Clusters      []FederationzCluster   `json:"clusters"`
+	Suspects      []federation.ReplicaID `json:"suspects,omitempty"`
+}
+
+// FederationzMember is one live member.
+type FederationzMember struct {
+	ID         federation.ReplicaID `json:"id"`
+	GossipAddr string               `json:"gossipAddr"`
+	PeerAddr   string               `json:"peerAddr"`
+	Connected  bool                 `json:"connected"`
+}
+
+// FederationzCluster is one cluster's owners and state version here.
+type FederationzCluster struct {
+	ID      model.ClusterID        `json:"id"`
+	Owners  []federation.ReplicaID `json:"owners"`
+	Version federation.Version     `json:"version"`
+}
+
+// Federationz reports members, owners per cluster and state versions.
+func (r *Replicator) Federationz() Federationz {
+	out := Federationz{Self: r.opts.Self, WatchReplicas: r.opts.WatchReplicas, Suspects: r.own.suspects()}
+	connected := map[federation.ReplicaID]bool{}
+	for _, id := range r.peers.Connected() {
+		connected[id] = true
+	}
+	for _, m := range r.membership.Members() {
+		out.Members = append(out.Members, FederationzMember{
+			ID: m.ID, GossipAddr: m.GossipAddr, PeerAddr: m.PeerAddr, Connected: connected[m.ID] || m.ID == r.opts.Self,
+		})
+	}
+	digest := r.digest()
+	for _, c := range slices.Sorted(maps.Keys(digest)) {
+		out.Clusters = append(out.Clusters, FederationzCluster{ID: c, Owners: r.own.owners(c), Version: digest[c]})
+	}
+	return out
+}
+
+// ownership is the set of live, unsuspected members and the rendezvous
+// ranking over it. It implements remotes.Ownership.
+type ownership struct {
+	self federation.ReplicaID
+	n    int
+
+	mu        sync.Mutex // guards members and suspected
+	members   []federation.ReplicaID
+	suspected map[federation.ReplicaID]bool
+
+	changed chan struct{}
+}
+
+func newOwnership(self federation.ReplicaID, n int) *ownership {
+	return &ownership{
+		self: self, n: n,
+		members:   []federation.ReplicaID{self},
+		suspected: map[federation.ReplicaID]bool{},
+		changed:   make(chan struct{}, 1),
+	}
+}
+
+// Owns reports whether this replica watches cluster c.
+func (o *ownership) Owns(c model.ClusterID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return federation.Owns(o.self, c, o.members, o.n)
+}
+
+func (o *ownership) owners(c model.ClusterID) []federation.ReplicaID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return federation.Owners(c, o.members, o.n)
+}
+
+// Changed signals that ownership may have changed.
+func (o *ownership) Changed() <-chan struct{} { return o.changed }
+
+// setMembers sets the live members (suspects are left out) and returns how
+// many of clusters changed owners.
+func (o *ownership) setMembers(all []federation.ReplicaID, clusters []model.ClusterID) int {
+	o.mu.Lock()
+	live := make([]federation.ReplicaID, 0, len(all))
+	present := map[federation.ReplicaID]bool{}
+	for _, id := range all {
+		present[id] = true
+		if !o.suspected[id] || id == o.self {
+			live = append(live, id)
+		}
+	}
+	for id := range o.suspected {
+		if !present[id] {
+			delete(o.suspected, id) // gone for good: no longer a suspect
+		}
+	}
+	moved := 0
+	for _, c := range clusters {
+		if !slices.Equal(federation.Owners(c, o.members, o.n), federation.Owners(c, live, o.n)) {
+			moved++
+		}
+	}
+	same := slices.Equal(slices.Sorted(slices.Values(o.members)), slices.Sorted(slices.Values(live)))
+	o.members = live
+	o.mu.Unlock()
+	if !same {
+		select {
+		case o.changed <- struct{}{}:
+		default:
+		}
+	}
+	return moved
+}
+
+// suspect marks (or clears) a member as suspect and reports whether that
+// changed anything.
+func (o *ownership) suspect(id federation.ReplicaID, on bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if id == o.self || o.suspected[id] == on {
+		return false
+	}
+	if on {
+		o.suspected[id] = true
+	} else {
+		delete(o.suspected, id)
+	}
+	return true
+}
+
+// liveMembers returns the members last set, suspects included, so that
+// setMembers can re-filter them.
+func (o *ownership) liveMembers() []federation.ReplicaID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := slices.Clone(o.members)
+	for id := range o.suspected {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (o *ownership) suspects() []federation.ReplicaID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Sorted(maps.Keys(o.suspected))
+}
+
+type metrics struct {
+	members   prometheus.Gauge
+	moves     prometheus.Counter
+	published prometheus.Counter
+	applied   *prometheus.CounterVec
+	rejected  *prometheus.CounterVec
+	resyncs   *prometheus.CounterVec
+	lag       prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		members: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshfed_federation_owner_candidates",
+			Help: "Live, unsuspected replicas that clusters are assigned over.",
+		}),
+		moves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshfed_federation_ownership_moves_total",
+			Help: "Clusters whose owners changed after a membership change.",
+		}),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshfed_federation_deltas_sent_total",
+			Help: "Local snapshots and deltas published to peers.",
+		}),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_federation_deltas_received_total",
+			Help: "Replicated writes applied, by kind (snapshot, delta).",
+		}, []string{"kind"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_federation_deltas_rejected_total",
+			Help: "Replicated writes refused, by kind and reason (duplicate, stale, gap, removed, invalid).",
+		}, []string{"kind", "reason"}),
+		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_federation_resync_requests_total",
+			Help: "Snapshot requests sent to peers, by cause.",
+		}, []string{"cause"}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "meshfed_federation_replication_lag_seconds",
+			Help:    "Time from an owner's write to its application on this replica.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.members, m.moves, m.published, m.applied, m.rejected, m.resyncs, m.lag)
+	}
+	return m
+}
+
+// registerOwned exports how many clusters this replica watches.
+func (r *Replicator) registerOwned(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "meshfed_federation_owned_clusters",
+		Help: "Remote clusters this replica watches (owns).",
+	}, func() float64 {
+		n := 0
+		for c := range r.digest() {
+			if r.own.Owns(c) {
+				n++
+			}
+		}
+		return float64(n)
+	}))
+}

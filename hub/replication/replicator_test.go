@@ -1,0 +1,188 @@
+package replication
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
+)
+
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
+	}
+	return out
+}
+
+type replica struct {
+	r      *Replicator
+	store  *store.Store
+	gossip string
+}
+
+// startReplica runs a Replicator over a real store, real memberlist and
+// real mTLS peer streams on loopback.
+func startReplica(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []byte, join []string) *replica {
+	t.Helper()
+	ports := freePorts(t, 2)
+	cert, err := federation.PeerCertificate(ca, id, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	serverTLS, clientTLS := federation.PeerTLS(pool, cert)
+	r, err := New(Options{
+		Self: id, WatchReplicas: 1,
+		GossipAddr: ports[0], Join: join, GossipKey: key,
+		PeerAddr: ports[1], ServerTLS: serverTLS, ClientTLS: clientTLS,
+		Log: testr.New(t).WithName(string(id)), Metrics: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(store.Options{Self: id, Publish: r.Publish})
+	r.SetStore(st)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("replica %s: %v", id, err)
+		}
+	})
+	return &replica{r: r, store: st, gossip: ports[0]}
+}
+
+func waitFor(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+const echo = model.Hostname("echo.demo.svc.cluster.local")
+
+func shards(addrs ...string) map[model.Hostname]*model.ServiceShard {
+	s := &model.ServiceShard{Service: &model.Service{Hostname: echo, Name: "echo", Namespace: "demo",
+		Ports: []model.ServicePort{{Name: "grpc", Port: 8080, Protocol: model.ProtocolGRPC}}}}
+	for _, a := range addrs {
+		s.Endpoints = append(s.Endpoints, model.Endpoint{Cluster: "c1", Address: netip.MustParseAddr(a), Ready: true,
+			Ports: map[string]uint32{"grpc": 9000}})
+	}
+	return map[model.Hostname]*model.ServiceShard{echo: s}
+}
+
+// TestReplication: two replicas find each other, split ownership, and a
+// write on one reaches the other's store; the trust bundle replicates by
+// union and a removed root stays removed against a late message.
+func TestReplication(t *testing.T) {
+	ca, err := pki.NewCA("test peer CA", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	a := startReplica(t, "a", ca, key, nil)
+	b := startReplica(t, "b", ca, key, []string{a.gossip})
+
+	waitFor(t, "members", func() error {
+		for _, x := range []*replica{a, b} {
+			if n := len(x.r.Federationz().Members); n != 2 {
+				return fmt.Errorf("%s sees %d members", x.r.opts.Self, n)
+			}
+		}
+		return nil
+	})
+	// Exactly one of them owns any cluster.
+	for i := range 20 {
+		c := model.ClusterID(fmt.Sprintf("c%d", i))
+		if a.r.Ownership().Owns(c) == b.r.Ownership().Owns(c) {
+			t.Fatalf("cluster %s: a owns=%v b owns=%v", c, a.r.Ownership().Owns(c), b.r.Ownership().Owns(c))
+		}
+	}
+
+	gen := a.store.NextGeneration("c1")
+	if err := a.store.ReplaceCluster("c1", gen, shards("10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.store.UpdateShard("c1", gen, echo, shards("10.0.0.1", "10.0.0.2")[echo]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "state replicated", func() error {
+		ms := b.store.Service(echo)
+		if ms == nil || len(ms.Endpoints) != 2 {
+			return fmt.Errorf("b has %+v", ms)
+		}
+		if v, _ := b.store.Version("c1"); v.Owner != "a" || v.Seq != 1 {
+			return fmt.Errorf("b has version %v", v)
+		}
+		return nil
+	})
+
+	roots, err := federation.ParseRootPEM(ca.CertPEM, "cluster.local", "a", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := roots[0]
+	if !a.r.AddRoot(root) {
+		t.Fatal("AddRoot refused")
+	}
+	waitFor(t, "root replicated", func() error {
+		if got := b.r.TrustRoots(); len(got) != 1 || got[0].Fingerprint != root.Fingerprint {
+			return fmt.Errorf("b roots %+v", got)
+		}
+		return nil
+	})
+	stale, _ := json.Marshal(federation.TrustBundleState{Roots: []federation.Root{root}})
+	if !b.r.RemoveRoot(root.Fingerprint) {
+		t.Fatal("RemoveRoot refused")
+	}
+	waitFor(t, "removal replicated", func() error {
+		if got := a.r.TrustRoots(); len(got) != 0 {
+			return fmt.Errorf("a roots %+v", got)
+		}
+		return nil
+	})
+	// A late copy of the old bundle does not resurrect the root.
+	b.r.PeerMessage("a", &federation.PeerMessage{Trust: stale})
+	if got := b.r.TrustRoots(); len(got) != 0 {
+		t.Fatalf("late message resurrected %+v", got)
+	}
+
+	// A forged delta (a writer that does not hold the cluster) changes
+	// nothing and is counted as refused.
+	b.r.PeerMessage("a", &federation.PeerMessage{Delta: &federation.ShardDelta{
+		Cluster: "c1", Hostname: echo, Version: federation.Version{Term: uint64(gen), Seq: 9, Owner: "mallory"},
+	}})
+	if ms := b.store.Service(echo); ms == nil || len(ms.Endpoints) != 2 {
+		t.Fatalf("forged delta changed state: %+v", ms)
+	}
+}
