@@ -46,6 +46,8 @@ func runStubHub(args []string) int {
 	monAddr := fs.String("monitoring-addr", "", "")
 	replica := fs.String("replica-id", "", "")
 	extra := fs.String("extra", "", "")
+	gossipAddr := fs.String("gossip-addr", "", "")
+	peerAddr := fs.String("peer-addr", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -58,6 +60,9 @@ func runStubHub(args []string) int {
 	}
 	if *namespace != RemoteSecretNamespace {
 		return fail(fmt.Errorf("namespace %q", *namespace))
+	}
+	if *gossipAddr == "" || *peerAddr == "" {
+		return fail(fmt.Errorf("federation addresses not passed: gossip %q peer %q", *gossipAddr, *peerAddr))
 	}
 	xl, err := net.Listen("tcp", *xdsAddr)
 	if err != nil {

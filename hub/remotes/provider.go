@@ -83,6 +83,9 @@ type Provider struct {
 	entries map[string]map[model.ClusterID]struct{}  // secret -> its cluster IDs (valid or not)
 	defined map[model.ClusterID]remotesecret.Cluster // valid entries, watched here or not
 
+	configMu sync.RWMutex // guards configs
+	configs  map[model.ClusterID]*rest.Config
+
 	synced atomic.Bool
 	wg     sync.WaitGroup // running clusters
 }
@@ -103,6 +106,7 @@ func NewProvider(opts ProviderOptions) *Provider {
 		owners:   map[model.ClusterID]string{},
 		entries:  map[string]map[model.ClusterID]struct{}{},
 		defined:  map[model.ClusterID]remotesecret.Cluster{},
+		configs:  map[model.ClusterID]*rest.Config{},
 	}
 }
 
@@ -146,6 +150,17 @@ func (p *Provider) IndexField(ctx context.Context, obj client.Object, field stri
 		}
 	}
 	return nil
+}
+
+// ClusterConfig returns the client configuration of remote cluster id as
+// its remote secret defines it, whether or not this replica watches it (the
+// CA reviews tokens against any cluster of the fleet). Callers must not
+// modify it.
+func (p *Provider) ClusterConfig(id model.ClusterID) (*rest.Config, bool) {
+	p.configMu.RLock()
+	defer p.configMu.RUnlock()
+	cfg, ok := p.configs[id]
+	return cfg, ok
 }
 
 // Synced reports whether every remote secret present at start has been
@@ -282,6 +297,9 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 		}
 		p.owners[c.ID] = name
 		p.defined[c.ID] = c
+		p.configMu.Lock()
+		p.configs[c.ID] = c.Config
+		p.configMu.Unlock()
 		p.place(ctx, c.ID, aware, log)
 	}
 	for id := range p.entries[name] {
@@ -408,6 +426,9 @@ func (p *Provider) removeCluster(id model.ClusterID) {
 	}
 	delete(p.owners, id)
 	delete(p.defined, id)
+	p.configMu.Lock()
+	delete(p.configs, id)
+	p.configMu.Unlock()
 	p.opts.Remover.RemoveCluster(id)
 	p.opts.Status.Delete(id)
 }

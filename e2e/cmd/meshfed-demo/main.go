@@ -10,6 +10,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -128,17 +131,44 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return err
 	}
 
-	d.say("Starting meshfed-hub and waiting for /readyz...")
-	hub, err := fleet.StartHub(ctx, framework.HubOptions{ReplicaID: "hub-0"})
-	if err != nil {
+	d.say("Starting two meshfed-hub replicas (encrypted gossip, mTLS peer streams) and waiting for /readyz...")
+	keyFile := filepath.Join(fleet.TempDir(), "gossip.key")
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
 		return err
 	}
-	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := hub.WaitReady(readyCtx); err != nil {
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(key)), 0o600); err != nil {
 		return err
 	}
-	d.detail("xDS %s   monitoring %s (log %s)", hub.XDSAddr(), hub.MonitoringURL(), hub.LogPath())
+	var hubs []*framework.Hub
+	for i := range 2 {
+		ho := framework.HubOptions{ReplicaID: fmt.Sprintf("hub-%d", i), GossipKeyFile: keyFile, Join: hubs}
+		h, err := fleet.StartHub(ctx, ho)
+		if err != nil {
+			return err
+		}
+		readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err = h.WaitReady(readyCtx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		d.detail("%s: xDS %s   monitoring %s (log %s)", h.ReplicaID(), h.XDSAddr(), h.MonitoringURL(), h.LogPath())
+		hubs = append(hubs, h)
+	}
+	hub := hubs[1] // the clients' replica
+	if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func() error {
+		fz, err := hub.Federationz(ctx)
+		if err != nil {
+			return err
+		}
+		if len(fz.Members) != 2 {
+			return fmt.Errorf("%d members", len(fz.Members))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	if err := printRegistry(ctx, d, hub); err != nil {
 		return err
 	}
@@ -176,6 +206,35 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	defer far.Close()
 	d.say("A client in cluster \"edge\", which has no echo backends, spreads over all three clusters")
+	if err := spread(ctx, d, far, opts.calls, "cluster-1", "cluster-2", "cluster-3"); err != nil {
+		return err
+	}
+
+	d.say("SIGKILL hub-0: hub-1 takes over the clusters hub-0 watched; the clients (on hub-1) keep their endpoints")
+	before, err := hub.Federationz(ctx)
+	if err != nil {
+		return err
+	}
+	if err := hubs[0].Kill(); err != nil {
+		return err
+	}
+	if err := framework.Eventually(ctx, 30*time.Second, 20*time.Millisecond, func() error {
+		fz, err := hub.Federationz(ctx)
+		if err != nil {
+			return err
+		}
+		for _, c := range fz.Clusters {
+			if c.Version.Owner != hub.ReplicaID() {
+				return fmt.Errorf("%s still from %s", c.ID, c.Version.Owner)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, c := range before.Clusters {
+		d.detail("%-10s was watched by %s, now by %s", c.ID, strings.Join(c.Owners, ","), hub.ReplicaID())
+	}
 	if err := spread(ctx, d, far, opts.calls, "cluster-1", "cluster-2", "cluster-3"); err != nil {
 		return err
 	}
@@ -246,8 +305,13 @@ func printRegistry(ctx context.Context, d *demo, hub *framework.Hub) error {
 	if err != nil {
 		return err
 	}
+	fz, err := hub.Federationz(ctx)
+	if err != nil {
+		return err
+	}
 	for _, c := range rz.Clusters {
-		d.detail("cluster %-10s secret %-22s %-8s services=%d endpoints=%d", c.ID, c.Secret, c.State, c.Services, c.Endpoints)
+		d.detail("cluster %-10s secret %-22s watched by %-6s services=%d endpoints=%d (on %s: %s)",
+			c.ID, c.Secret, strings.Join(fz.Owners(c.ID), ","), c.Services, c.Endpoints, hub.ReplicaID(), c.State)
 	}
 	return nil
 }
