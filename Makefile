@@ -7,7 +7,7 @@ SHELL := /usr/bin/env bash
 GO        ?= go
 BIN       := $(CURDIR)/bin
 ASSETS     = $(shell bash e2e/kubeassets/build.sh --print-dir)
-E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub
+E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_CTL_BIN=$(BIN)/meshfedctl
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
@@ -35,7 +35,7 @@ e2e: k8s-assets build ## end-to-end tests: real apiservers, hub processes, xDS c
 
 bench: k8s-assets build ## benchmarks: figures printed side by side
 	@echo "==> benchmarks"
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./federation/... ./hub/...
 	$(E2E_ENV) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./e2e/bench/
 
 demo: k8s-assets build ## a local fleet end to end: 3 remote clusters, a hub, backends and a client
@@ -57,10 +57,13 @@ tidy-check:
 	@$(GO) mod tidy
 	@if ! git diff --quiet -- go.mod go.sum; then git diff -- go.mod go.sum; echo "go.mod/go.sum are not tidy"; exit 1; fi
 
-fuzz: ## run every fuzz target for FUZZTIME
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pkg/remotesecret
-	$(GO) test -run '^$$' -fuzz FuzzParseClusterName -fuzztime $(FUZZTIME) ./pkg/xdsgen
-	$(GO) test -run '^$$' -fuzz FuzzParseListenerName -fuzztime $(FUZZTIME) ./pkg/xdsgen
+fuzz: ## run every fuzz target for FUZZTIME each
+	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+	  for f in $$(grep -h '^func Fuzz' $$t/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "==> fuzz $$t $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$t || exit 1; \
+	  done; \
+	done
 
 clean:
 	rm -rf $(BIN)/meshfed-*

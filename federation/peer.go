@@ -106,9 +106,10 @@ const (
 	peerKindDelta    = "delta"
 	peerKindResync   = "resync"
 	peerKindTrust    = "trust"
+	peerKindProxies  = "proxy_status"
 )
 
-var peerKinds = []string{peerKindHello, peerKindSnapshot, peerKindDelta, peerKindResync, peerKindTrust}
+var peerKinds = []string{peerKindHello, peerKindSnapshot, peerKindDelta, peerKindResync, peerKindTrust, peerKindProxies}
 
 // Reasons of meshfed_federation_peer_messages_rejected_total.
 const (
@@ -151,12 +152,20 @@ type PeerMessage struct {
 	Resync []model.ClusterID `json:"resync,omitempty"`
 	// Trust is trust-bundle state, opaque here (owned by TrustBundle).
 	Trust json.RawMessage `json:"trust,omitempty"`
+	// ProxyStatus is a batch of the sender's proxy-status records, opaque
+	// here (owned by the hub's proxy-status component).
+	ProxyStatus json.RawMessage `json:"proxyStatus,omitempty"`
 }
 
 // trustSet reports whether m carries trust state (JSON null counts as
 // absent).
-func (m *PeerMessage) trustSet() bool {
-	return len(m.Trust) > 0 && !bytes.Equal(bytes.TrimSpace(m.Trust), []byte("null"))
+func (m *PeerMessage) trustSet() bool { return rawSet(m.Trust) }
+
+// proxiesSet reports whether m carries proxy status.
+func (m *PeerMessage) proxiesSet() bool { return rawSet(m.ProxyStatus) }
+
+func rawSet(raw json.RawMessage) bool {
+	return len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
 
 // kind names the field that is set, for metrics and logs.
@@ -170,6 +179,8 @@ func (m *PeerMessage) kind() string {
 		return peerKindDelta
 	case len(m.Resync) > 0:
 		return peerKindResync
+	case m.proxiesSet():
+		return peerKindProxies
 	default:
 		return peerKindTrust
 	}
@@ -188,7 +199,7 @@ func (m *PeerMessage) Validate() error {
 		return fmt.Errorf("%w: nil message", ErrMalformedMessage)
 	}
 	n := 0
-	for _, set := range []bool{m.Hello != nil, m.Snapshot != nil, m.Delta != nil, len(m.Resync) > 0, m.trustSet()} {
+	for _, set := range []bool{m.Hello != nil, m.Snapshot != nil, m.Delta != nil, len(m.Resync) > 0, m.trustSet(), m.proxiesSet()} {
 		if set {
 			n++
 		}
@@ -210,6 +221,10 @@ func (m *PeerMessage) Validate() error {
 				err = fmt.Errorf("resync: %w", err)
 				break
 			}
+		}
+	case m.proxiesSet():
+		if !json.Valid(m.ProxyStatus) {
+			err = errors.New("proxy status: not valid JSON")
 		}
 	default:
 		if !json.Valid(m.Trust) {
@@ -375,6 +390,9 @@ func decodePeerFrame(data []byte) (*PeerMessage, string, error) {
 	}
 	if !m.trustSet() {
 		m.Trust = nil
+	}
+	if !m.proxiesSet() {
+		m.ProxyStatus = nil
 	}
 	if err := m.Validate(); err != nil {
 		return nil, peerRejectInvalid, err

@@ -39,6 +39,7 @@ type ADSWatcher struct {
 	node   *corev3.Node
 
 	sendMu   sync.Mutex
+	reject   string // when set, every response is NACKed with it
 	nodeSent bool
 	names    []string
 	versions map[string]string // last ACKed version per type URL
@@ -160,6 +161,12 @@ func (w *ADSWatcher) recvLoop(ctx context.Context) {
 				clas = append(clas, cla)
 			}
 		}
+		w.sendMu.Lock()
+		if w.reject != "" && decodeErr == nil {
+			decodeErr = errors.New(w.reject)
+			clas = nil
+		}
+		w.sendMu.Unlock()
 		if err := w.ack(resp, decodeErr); err != nil {
 			if ctx.Err() == nil {
 				endErr = err
@@ -174,6 +181,15 @@ func (w *ADSWatcher) recvLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// RejectAll makes the watcher NACK every later response with message, as
+// a proxy that rejects its configuration does; an empty message goes back
+// to ACKing.
+func (w *ADSWatcher) RejectAll(message string) {
+	w.sendMu.Lock()
+	defer w.sendMu.Unlock()
+	w.reject = message
 }
 
 // Updates delivers every received ClusterLoadAssignment in order. It is

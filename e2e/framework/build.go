@@ -14,9 +14,12 @@ import (
 	"strings"
 )
 
-// HubPackage is the import path of the hub's main package, relative to the
-// module root.
-const HubPackage = "./hub/cmd/meshfed-hub"
+// HubPackage and CtlPackage are the import paths of the hub's and the
+// CLI's main packages, relative to the module root.
+const (
+	HubPackage = "./hub/cmd/meshfed-hub"
+	CtlPackage = "./hub/cmd/meshfedctl"
+)
 
 // BuildOptions tells BuildHubBinary where and how to build.
 type BuildOptions struct {
@@ -29,6 +32,8 @@ type BuildOptions struct {
 	Output string
 	// Flags are extra `go build` flags, e.g. "-race".
 	Flags []string
+	// Package is the main package to build. Default: HubPackage.
+	Package string
 }
 
 // BuildHubBinary builds meshfed-hub with `go build` and returns its path.
@@ -40,17 +45,20 @@ func BuildHubBinary(ctx context.Context, opts BuildOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if opts.Package == "" {
+		opts.Package = HubPackage
+	}
 	out := opts.Output
 	if out == "" {
 		sum := sha256.Sum256([]byte(root))
-		out = filepath.Join(os.TempDir(), "meshfed-e2e-"+hex.EncodeToString(sum[:6]), "meshfed-hub")
+		out = filepath.Join(os.TempDir(), "meshfed-e2e-"+hex.EncodeToString(sum[:6]), filepath.Base(opts.Package))
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return "", fmt.Errorf("framework: %w", err)
 	}
 	tmp := out + ".tmp." + strconv.Itoa(os.Getpid())
 	args := append([]string{"build", "-o", tmp}, opts.Flags...)
-	args = append(args, HubPackage)
+	args = append(args, opts.Package)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	var stderr bytes.Buffer

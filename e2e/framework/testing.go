@@ -1,8 +1,12 @@
 package framework
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +22,9 @@ const (
 	// EnvHubBinary names a prebuilt meshfed-hub; unset means build it once
 	// per test process.
 	EnvHubBinary = "MESHFED_HUB_BIN"
+	// EnvCtlBinary names a prebuilt meshfedctl; unset means build it once
+	// per test process.
+	EnvCtlBinary = "MESHFED_CTL_BIN"
 	// EnvVerbose, when non-empty, copies hub output to stderr.
 	EnvVerbose = "MESHFED_E2E_VERBOSE"
 )
@@ -28,6 +35,46 @@ var hubBuild struct {
 	once sync.Once
 	path string
 	err  error
+}
+
+// ctlBuild is hubBuild's twin for meshfedctl.
+var ctlBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// TestCtlBinary returns the meshfedctl binary for tests: $MESHFED_CTL_BIN
+// if set, else a build of ./hub/cmd/meshfedctl made once per process.
+func TestCtlBinary(ctx context.Context) (string, error) {
+	if p := os.Getenv(EnvCtlBinary); p != "" {
+		return p, nil
+	}
+	ctlBuild.once.Do(func() {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hubBuildTimeout)
+		defer cancel()
+		ctlBuild.path, ctlBuild.err = BuildHubBinary(bctx, BuildOptions{Package: CtlPackage})
+	})
+	return ctlBuild.path, ctlBuild.err
+}
+
+// Meshfedctl runs the meshfedctl binary with args and returns its standard
+// output; a non-zero exit is an error carrying its standard error.
+func Meshfedctl(t testing.TB, args ...string) (string, error) {
+	t.Helper()
+	bin, err := TestCtlBinary(t.Context())
+	if err != nil {
+		t.Fatalf("meshfedctl: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("meshfedctl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
 }
 
 // hubBuildTimeout bounds the one build of the hub binary.

@@ -48,10 +48,14 @@ type Replicator struct {
 	opts       Options
 	store      *store.Store
 	trust      *trustBundle
+	proxies    ProxyStatusSync
 	membership *federation.Membership
 	peers      *federation.Peers
 	own        *ownership
 	m          *metrics
+
+	departMu sync.Mutex // guards seen
+	seen     map[federation.ReplicaID]bool
 }
 
 // New creates a Replicator for st. Call SetStore before Run if st is nil
@@ -94,6 +98,53 @@ func New(opts Options) (*Replicator, error) {
 	return r, nil
 }
 
+// ProxyStatusSync is the proxy-status component as the Replicator sees it:
+// opaque batches of records, this replica's going out, the others' coming
+// in. Implementations must be safe for concurrent use and must not block.
+type ProxyStatusSync interface {
+	// Full returns every local record, for a peer that (re)connects.
+	Full() json.RawMessage
+	// TakeChanges returns the local changes since the last call, if any.
+	TakeChanges() (json.RawMessage, bool)
+	// Changed signals (coalesced) that TakeChanges has something.
+	Changed() <-chan struct{}
+	// Apply merges a batch from replica from.
+	Apply(from federation.ReplicaID, batch json.RawMessage) error
+	// DropReplica forgets every record of a replica that left.
+	DropReplica(id federation.ReplicaID)
+}
+
+// SetProxyStatus makes the Replicator replicate proxy-status records. It
+// must be called before Run.
+func (r *Replicator) SetProxyStatus(p ProxyStatusSync) { r.proxies = p }
+
+// proxyStatusBatchInterval bounds how often local proxy-status changes are
+// sent: changes within it travel in one batch, so 10k proxies acking a push
+// cost a few messages, not 10k.
+const proxyStatusBatchInterval = 250 * time.Millisecond
+
+// runProxyStatus publishes local proxy-status changes in batches.
+func (r *Replicator) runProxyStatus(ctx context.Context) {
+	if r.proxies == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.proxies.Changed():
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(proxyStatusBatchInterval):
+		}
+		if batch, ok := r.proxies.TakeChanges(); ok {
+			r.Publish(&federation.PeerMessage{ProxyStatus: batch})
+		}
+	}
+}
+
 // SetStore gives the Replicator the store it replicates. It must be called
 // once, before Run.
 func (r *Replicator) SetStore(st *store.Store) { r.store = st }
@@ -118,6 +169,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.peers.Run(ctx) })
 	g.Go(func() error { return r.membership.Run(ctx) })
+	g.Go(func() error { r.runProxyStatus(ctx); return nil })
 	g.Go(func() error {
 		r.onMembers()
 		for {
@@ -146,6 +198,27 @@ func (r *Replicator) onMembers() {
 	}
 	r.peers.SetPeers(peers)
 	r.setMembers(ids)
+	r.dropDeparted(ids)
+}
+
+// dropDeparted forgets the proxy status of replicas no longer members:
+// their proxies have reconnected elsewhere, or are gone.
+func (r *Replicator) dropDeparted(ids []federation.ReplicaID) {
+	if r.proxies == nil {
+		return
+	}
+	r.departMu.Lock()
+	defer r.departMu.Unlock()
+	now := map[federation.ReplicaID]bool{}
+	for _, id := range ids {
+		now[id] = true
+	}
+	for id := range r.seen {
+		if !now[id] {
+			r.proxies.DropReplica(id)
+		}
+	}
+	r.seen = now
 }
 
 func (r *Replicator) setMembers(ids []federation.ReplicaID) {
@@ -209,6 +282,11 @@ func (r *Replicator) PeerHello(from federation.ReplicaID, digest federation.Dige
 	if m := r.trust.message(); m != nil {
 		out = append(out, m)
 	}
+	if r.proxies != nil {
+		if full := r.proxies.Full(); len(full) > 0 {
+			out = append(out, &federation.PeerMessage{ProxyStatus: full})
+		}
+	}
 	return out
 }
 
@@ -238,6 +316,16 @@ func (r *Replicator) PeerMessage(from federation.ReplicaID, msg *federation.Peer
 		if r.trust.merge(st) {
 			r.m.applied.WithLabelValues("trust").Inc()
 		}
+	case len(msg.ProxyStatus) > 0:
+		if r.proxies == nil {
+			return
+		}
+		if err := r.proxies.Apply(from, msg.ProxyStatus); err != nil {
+			r.m.rejected.WithLabelValues("proxy_status", "invalid").Inc()
+			r.opts.Log.Error(err, "proxy status from peer refused", "peer", from)
+			return
+		}
+		r.m.applied.WithLabelValues("proxy_status").Inc()
 	case len(msg.Resync) > 0:
 		for _, snap := range r.store.Snapshots(msg.Resync) {
 			if err := r.peers.Send(from, &federation.PeerMessage{Snapshot: &snap}); err != nil {
