@@ -1,0 +1,119 @@
+package replication
+
+import (
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// ownership is the set of live, unsuspected members and the rendezvous
+// ranking over it. It implements remotes.Ownership.
+type ownership struct {
+	self federation.ReplicaID
+	n    int
+
+	mu        sync.Mutex // guards members and suspected
+	members   []federation.ReplicaID
+	suspected map[federation.ReplicaID]bool
+
+	changed chan struct{}
+}
+
+func newOwnership(self federation.ReplicaID, n int) *ownership {
+	return &ownership{
+		self: self, n: n,
+		members:   []federation.ReplicaID{self},
+		suspected: map[federation.ReplicaID]bool{},
+		changed:   make(chan struct{}, 1),
+	}
+}
+
+// Owns reports whether this replica watches cluster c.
+func (o *ownership) Owns(c model.ClusterID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return federation.Owns(o.self, c, o.members, o.n)
+}
+
+func (o *ownership) owners(c model.ClusterID) []federation.ReplicaID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return federation.Owners(c, o.members, o.n)
+}
+
+// Changed signals that ownership may have changed.
+func (o *ownership) Changed() <-chan struct{} { return o.changed }
+
+// setMembers sets the live members (suspects are left out) and returns how
+// many of clusters changed owners.
+func (o *ownership) setMembers(all []federation.ReplicaID, clusters []model.ClusterID) int {
+	o.mu.Lock()
+	live := make([]federation.ReplicaID, 0, len(all))
+	present := map[federation.ReplicaID]bool{}
+	for _, id := range all {
+		present[id] = true
+		if !o.suspected[id] || id == o.self {
+			live = append(live, id)
+		}
+	}
+	for id := range o.suspected {
+		if !present[id] {
+			delete(o.suspected, id) // gone for good: no longer a suspect
+		}
+	}
+	moved := 0
+	for _, c := range clusters {
+		if !slices.Equal(federation.Owners(c, o.members, o.n), federation.Owners(c, live, o.n)) {
+			moved++
+		}
+	}
+	same := slices.Equal(slices.Sorted(slices.Values(o.members)), slices.Sorted(slices.Values(live)))
+	o.members = live
+	o.mu.Unlock()
+	if !same {
+		select {
+		case o.changed <- struct{}{}:
+		default:
+		}
+	}
+	return moved
+}
+
+// suspect marks (or clears) a member as suspect and reports whether that
+// changed anything.
+func (o *ownership) suspect(id federation.ReplicaID, on bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if id == o.self || o.suspected[id] == on {
+		return false
+	}
+	if on {
+		o.suspected[id] = true
+	} else {
+		delete(o.suspected, id)
+	}
+	return true
+}
+
+// liveMembers returns the members last set, suspects included, so that
+// setMembers can re-filter them.
+func (o *ownership) liveMembers() []federation.ReplicaID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := slices.Clone(o.members)
+	for id := range o.suspected {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (o *ownership) suspects() []federation.ReplicaID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Sorted(maps.Keys(o.suspected))
+}
