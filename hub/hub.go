@@ -28,6 +28,7 @@ import (
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/proxystatus"
 )
 
 // Options configure the hub. DefaultOptions gives the defaults.
@@ -153,15 +154,22 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	xdsServer := xds.New(xds.Options{Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg})
+	xdsServer := xds.New(xds.Options{
+		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
+		Replica: opts.ReplicaID, Clock: opts.Clock,
+	})
+	proxies := newProxyStatus(opts.ReplicaID, xdsServer.Status())
+	xdsServer.SetStatusSource(proxies)
+	repl.SetProxyStatus(proxies)
 	ready := newReadiness(opts, provider, status, st)
 	mon := monitoring.New(monitoring.Options{
 		Addr:     opts.MonitoringAddr,
 		Gatherer: reg,
 		Ready:    ready.check,
 		Debug: map[string]func(*http.Request) any{
-			"registryz":   func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
-			"federationz": func(*http.Request) any { return repl.Federationz() },
+			"registryz":    func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
+			"federationz":  func(*http.Request) any { return repl.Federationz() },
+			"proxystatusz": func(*http.Request) any { return proxystatus.JSONDocument{Proxies: proxies.All()} },
 		},
 		Log: log.WithName("monitoring"),
 	})

@@ -9,6 +9,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -39,6 +41,10 @@ type Options struct {
 	Registry Registry
 	Log      logr.Logger
 	Metrics  prometheus.Registerer
+	// Replica names this hub replica in proxy status (the HUB column).
+	Replica string
+	// Clock times proxy status; nil means the real clock.
+	Clock clock.PassiveClock
 }
 
 // Server is the hub's xDS server.
@@ -48,6 +54,8 @@ type Server struct {
 	gen     *xdsgen.Cache                     // guarded by cache.mu
 	names   map[model.Hostname][]serviceNames // guarded by cache.mu
 	metrics *metrics
+	status  *StatusTracker
+	csds    *csdsServer
 	ready   chan struct{}
 	addr    net.Addr
 }
@@ -67,9 +75,18 @@ func New(opts Options) *Server {
 		metrics: newMetrics(opts.Metrics),
 		ready:   make(chan struct{}),
 	}
+	s.status = NewStatusTracker(opts.Replica, opts.Clock, opts.Metrics)
+	s.csds = newCSDS(s.status)
 	s.cache = newGroupCache(s.buildGroup)
 	return s
 }
+
+// Status returns the tracker of this replica's proxies' sync status.
+func (s *Server) Status() *StatusTracker { return s.status }
+
+// SetStatusSource makes CSDS answer from src, the fleet-wide view, instead
+// of this replica's tracker. It may be called at any time.
+func (s *Server) SetStatusSource(src StatusSource) { s.csds.setSource(src) }
 
 // Addr returns the address the server listens on, once Run has bound it.
 func (s *Server) Addr() net.Addr {
@@ -92,6 +109,7 @@ func (s *Server) Run(ctx context.Context) error {
 	)
 	xs := serverv3.NewServer(ctx, s.cache, s.callbacks())
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, xs)
+	statusv3.RegisterClientStatusDiscoveryServiceServer(gs, s.csds)
 
 	s.pushAll()
 	go s.pushLoop(ctx)
@@ -303,17 +321,32 @@ func shortType(typeURL string) string {
 
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(context.Context, int64, string) error {
+		StreamOpenFunc: func(_ context.Context, id int64, _ string) error {
 			s.metrics.proxies.Inc()
+			s.status.StreamOpened(false, id)
 			return nil
 		},
-		StreamClosedFunc: func(int64, *corev3.Node) { s.metrics.proxies.Dec() },
-		DeltaStreamOpenFunc: func(context.Context, int64, string) error {
+		StreamClosedFunc: func(id int64, _ *corev3.Node) {
+			s.metrics.proxies.Dec()
+			s.status.StreamClosed(false, id)
+		},
+		DeltaStreamOpenFunc: func(_ context.Context, id int64, _ string) error {
 			s.metrics.proxies.Inc()
+			s.status.StreamOpened(true, id)
 			return nil
 		},
-		DeltaStreamClosedFunc: func(int64, *corev3.Node) { s.metrics.proxies.Dec() },
-		StreamRequestFunc: func(_ int64, req *discoveryv3.DiscoveryRequest) error {
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
+			s.metrics.proxies.Dec()
+			s.status.StreamClosed(true, id)
+		},
+		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
+			s.status.OnResponse(id, resp)
+		},
+		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
+			s.status.OnDeltaResponse(id, resp)
+		},
+		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
+			s.status.OnRequest(id, req)
 			if req.GetErrorDetail() != nil {
 				s.metrics.nacks.WithLabelValues(shortType(req.GetTypeUrl())).Inc()
 				s.opts.Log.Info("proxy rejected config", "node", req.GetNode().GetId(),
@@ -321,7 +354,8 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			}
 			return nil
 		},
-		StreamDeltaRequestFunc: func(_ int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+			s.status.OnDeltaRequest(id, req)
 			if req.GetErrorDetail() != nil {
 				s.metrics.nacks.WithLabelValues(shortType(req.GetTypeUrl())).Inc()
 			}

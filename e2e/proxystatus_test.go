@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/xdsgen"
+)
+
+// proxyJSON is the documented shape of `meshfedctl proxy-status -o json`.
+type proxyJSON struct {
+	Proxies []struct {
+		Proxy   string `json:"proxy"`
+		Name    string `json:"name"`
+		Cluster string `json:"cluster"`
+		Replica string `json:"replica"`
+		Types   map[string]struct {
+			Status string `json:"status"`
+			Nack   string `json:"nack"`
+		} `json:"types"`
+	} `json:"proxies"`
+}
+
+// TestFleetProxyStatus: clients connected to three replicas are all listed,
+// with their cluster and replica, by meshfedctl against any one replica; a
+// NACKing proxy shows ERROR with its message; a dead replica's proxies
+// leave the list.
+func TestFleetProxyStatus(t *testing.T) {
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(3)})
+	ctx := t.Context()
+	for _, r := range f.Remotes() {
+		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+	}
+	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
+		t.Fatal(err)
+	}
+	key := gossipKey(t, f)
+	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key})
+	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
+	h2 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
+	hubs := []*framework.Hub{h0, h1, h2}
+
+	// One proxyless gRPC client per replica, each in its own cluster.
+	want := map[string][2]string{} // name -> cluster, replica
+	for i, h := range hubs {
+		id := f.Remotes()[i].ID
+		conn := clientIn(t, f, h, id)
+		expectClusters(t, conn, 10, id)
+		want["client-"+string(id)+".demo"] = [2]string{string(id), h.ReplicaID()}
+	}
+
+	listed := func(via *framework.Hub) (proxyJSON, error) {
+		out, err := framework.Meshfedctl(t, "proxy-status", "--hub", via.XDSAddr(), "-o", "json")
+		if err != nil {
+			return proxyJSON{}, err
+		}
+		var doc proxyJSON
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			return proxyJSON{}, fmt.Errorf("decoding %q: %w", out, err)
+		}
+		return doc, nil
+	}
+	framework.RequireEventually(t, converge, func() error {
+		doc, err := listed(h2)
+		if err != nil {
+			return err
+		}
+		got := map[string][2]string{}
+		for _, p := range doc.Proxies {
+			got[p.Name] = [2]string{p.Cluster, p.Replica}
+			for _, typ := range []string{"cds", "lds", "rds", "eds"} {
+				if st := p.Types[typ].Status; st != "SYNCED" {
+					return fmt.Errorf("%s %s is %q", p.Name, typ, st)
+				}
+			}
+		}
+		for name, w := range want {
+			if got[name] != w {
+				return fmt.Errorf("%s: got %v, want cluster/replica %v (all: %v)", name, got[name], w, got)
+			}
+		}
+		return nil
+	})
+	table, err := framework.Meshfedctl(t, "proxy-status", "--hub", h1.XDSAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("meshfedctl proxy-status via %s:\n%s", h1.ReplicaID(), table)
+	if !strings.HasPrefix(table, "NAME") || !strings.Contains(table, "HUB") {
+		t.Fatalf("table has no istioctl-style header:\n%s", table)
+	}
+
+	t.Run("a NACK shows as ERROR with its message", func(t *testing.T) {
+		node := &corev3.Node{
+			Id: framework.NodeID("10.250.0.9", "nacker", "demo"),
+			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+				"CLUSTER_ID": structpb.NewStringValue("cluster-2"),
+			}},
+		}
+		w := framework.NewTestADSWatcher(t, h1.XDSAddr(), node)
+		name := xdsgen.ClusterName(echoHost, 8080)
+		if err := w.WatchEDS(name); err != nil {
+			t.Fatal(err)
+		}
+		<-w.Updates() // the first response is ACKed
+		const why = "meshfed-e2e: endpoint rejected on purpose"
+		w.RejectAll(why)
+		// Change the endpoints so a new response is sent, and NACKed.
+		wl := f.Remote("cluster-2").Workloads()[0]
+		if err := wl.SetReady(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		framework.RequireEventually(t, converge, func() error {
+			out, err := framework.Meshfedctl(t, "proxy-status", "--hub", h0.XDSAddr(), "nacker.demo")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(out, "ERROR") || !strings.Contains(out, why) {
+				return fmt.Errorf("detail lacks ERROR with the NACK message:\n%s", out)
+			}
+			return nil
+		})
+		if err := wl.SetReady(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a dead replica's proxies leave the list", func(t *testing.T) {
+		gone := "client-" + string(f.Remotes()[2].ID) + ".demo"
+		if err := h2.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		framework.RequireEventually(t, converge, func() error {
+			doc, err := listed(h0)
+			if err != nil {
+				return err
+			}
+			for _, p := range doc.Proxies {
+				if p.Name == gone && p.Replica == h2.ReplicaID() {
+					return fmt.Errorf("%s still listed under dead replica %s", gone, h2.ReplicaID())
+				}
+			}
+			return nil
+		})
+	})
+}

@@ -1,0 +1,57 @@
+// Command meshfedctl inspects a meshfed fleet through any hub replica.
+//
+//	meshfedctl proxy-status [--hub ADDR] [-o table|json] [PROXY]
+//	meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
+//
+// proxy-status asks the hub's CSDS service (envoy.service.status.v3, on the
+// xDS port, plaintext) for the fleet-wide proxy status and prints it with
+// the columns of `istioctl proxy-status`: NAME CLUSTER CDS LDS EDS RDS ECDS
+// HUB VERSION, where HUB is the replica serving the proxy. With PROXY, a
+// name "<pod>.<ns>" or a node ID, it prints that proxy's per-type detail,
+// NACK messages included, and fails if no such proxy is connected. -o json
+// writes the document described in package proxystatus:
+// {"proxies": [Record, …]}.
+//
+// remote-clusters reads the hub's /debug/registryz and /debug/federationz
+// (the latter optional) from the monitoring port and prints CLUSTER SECRET
+// STATE OWNERS SERVICES ENDPOINTS ERROR, then any rejected secrets. -o json
+// writes
+//
+//	{
+//	  "replica": "hub-0",
+//	  "clusters": [{"cluster": "cluster-1", "secret": "istio-system/remote-1",
+//	                "state": "synced", "owners": ["hub-1"], "services": 3,
+//	                "endpoints": 12, "error": ""}],
+//	  "secretErrors": [{"secret": "istio-system/bad", "error": "…"}]
+//	}
+//
+// where "owners" is left out when unknown: the hub has no
+// /debug/federationz, or no replica owns the cluster.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	opts, err := parseArgs(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "meshfedctl:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, opts, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "meshfedctl:", err)
+		os.Exit(1)
+	}
+}

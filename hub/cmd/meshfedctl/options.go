@@ -1,0 +1,108 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Subcommands.
+const (
+	cmdProxyStatus    = "proxy-status"
+	cmdRemoteClusters = "remote-clusters"
+)
+
+// Output formats.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+)
+
+// Options is a parsed command line.
+type Options struct {
+	// Command is cmdProxyStatus or cmdRemoteClusters.
+	Command string
+	// Hub is the address of a hub's xDS port, which serves CSDS.
+	Hub string
+	// Monitoring is the address (or http:// URL) of a hub's monitoring port.
+	Monitoring string
+	// Output is outputTable or outputJSON.
+	Output string
+	// Proxy, for proxy-status, selects one proxy by name or node ID.
+	Proxy string
+	// Timeout bounds each call to the hub.
+	Timeout time.Duration
+}
+
+// DefaultOptions returns the defaults: the hub's ports are istiod's.
+func DefaultOptions() Options {
+	return Options{
+		Hub:        "localhost:15010",
+		Monitoring: "localhost:15014",
+		Output:     outputTable,
+		// Long enough for the CSDS answer of a large fleet, short enough
+		// that a dead hub does not hang an on-call shell.
+		Timeout: 30 * time.Second,
+	}
+}
+
+const usage = `usage:
+  meshfedctl proxy-status [--hub ADDR] [-o table|json] [PROXY]
+  meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
+`
+
+// parseArgs parses args (without the program name). Flags may come before
+// or after PROXY. It returns flag.ErrHelp after printing help to stderr.
+func parseArgs(args []string, stderr io.Writer) (Options, error) {
+	opts := DefaultOptions()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return opts, errors.New("no command")
+	}
+	opts.Command = args[0]
+	fs := flag.NewFlagSet("meshfedctl "+opts.Command, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage, "\nflags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&opts.Output, "o", opts.Output, "output format: table or json")
+	fs.StringVar(&opts.Output, "output", opts.Output, "output format: table or json")
+	fs.DurationVar(&opts.Timeout, "timeout", opts.Timeout, "timeout of each call to the hub")
+	var positional []string
+	switch opts.Command {
+	case cmdProxyStatus:
+		fs.StringVar(&opts.Hub, "hub", opts.Hub, "address of a hub's xDS port (CSDS, plaintext)")
+	case cmdRemoteClusters:
+		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
+	case "help", "-h", "--help":
+		fmt.Fprint(stderr, usage)
+		return opts, flag.ErrHelp
+	default:
+		fmt.Fprint(stderr, usage)
+		return opts, fmt.Errorf("unknown command %q", opts.Command)
+	}
+	rest := args[1:]
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return opts, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if opts.Output != outputTable && opts.Output != outputJSON {
+		return opts, fmt.Errorf("-o %q: want table or json", opts.Output)
+	}
+	switch {
+	case opts.Command == cmdProxyStatus && len(positional) == 1:
+		opts.Proxy = positional[0]
+	case len(positional) > 0:
+		return opts, fmt.Errorf("%s: unexpected arguments %q", opts.Command, positional)
+	}
+	return opts, nil
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// registryz is the part of the hub's /debug/registryz (hub.Registryz) that
+// meshfedctl reads.
+type registryz struct {
+	Replica  string `json:"replica"`
+	Clusters []struct {
+		ID        string `json:"id"`
+		Secret    string `json:"secret"`
+		State     string `json:"state"`
+		Error     string `json:"error"`
+		Services  int    `json:"services"`
+		Endpoints int    `json:"endpoints"`
+	} `json:"clusters"`
+	SecretErrors []secretError `json:"secretErrors"`
+}
+
+// federationz is the part of the hub's /debug/federationz
+// (replication.Federationz) that meshfedctl reads.
+type federationz struct {
+	Clusters []struct {
+		ID     string   `json:"id"`
+		Owners []string `json:"owners"`
+	} `json:"clusters"`
+}
+
+// remoteClustersDoc is what `remote-clusters -o json` writes.
+type remoteClustersDoc struct {
+	Replica      string          `json:"replica"`
+	Clusters     []remoteCluster `json:"clusters"`
+	SecretErrors []secretError   `json:"secretErrors,omitempty"`
+}
+
+// remoteCluster is one row of remote-clusters. Owners is empty when the
+// hub does not report ownership or the cluster has no owner.
+type remoteCluster struct {
+	Cluster   string   `json:"cluster"`
+	Secret    string   `json:"secret"`
+	State     string   `json:"state"`
+	Owners    []string `json:"owners,omitempty"`
+	Services  int      `json:"services"`
+	Endpoints int      `json:"endpoints"`
+	Error     string   `json:"error"`
+}
+
+// secretError is a remote secret the hub rejected as a whole.
+type secretError struct {
+	Secret string `json:"secret"`
+	Error  string `json:"error"`
+}
+
+// errNotFound is returned by getJSON for a 404.
+var errNotFound = errors.New("not found")
+
+func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
+	base := opts.Monitoring
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	base = strings.TrimSuffix(base, "/")
+	client := &http.Client{Timeout: opts.Timeout}
+
+	var reg registryz
+	if err := getJSON(ctx, client, base+"/debug/registryz", &reg); err != nil {
+		return fmt.Errorf("hub %s: %w", opts.Monitoring, err)
+	}
+	// Ownership is optional: a hub without federation has no federationz.
+	owners := map[string][]string{}
+	var fed federationz
+	haveOwners := getJSON(ctx, client, base+"/debug/federationz", &fed) == nil
+	for _, c := range fed.Clusters {
+		owners[c.ID] = c.Owners
+	}
+
+	doc := remoteClustersDoc{Replica: reg.Replica, Clusters: []remoteCluster{}, SecretErrors: reg.SecretErrors}
+	for _, c := range reg.Clusters {
+		row := remoteCluster{
+			Cluster: c.ID, Secret: c.Secret, State: c.State,
+			Services: c.Services, Endpoints: c.Endpoints, Error: c.Error,
+		}
+		if haveOwners {
+			row.Owners = owners[c.ID]
+		}
+		doc.Clusters = append(doc.Clusters, row)
+	}
+	if opts.Output == outputJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(doc); err != nil {
+			return fmt.Errorf("writing JSON: %w", err)
+		}
+		return nil
+	}
+	return writeRemoteClusters(stdout, doc, haveOwners)
+}
+
+func writeRemoteClusters(w io.Writer, doc remoteClustersDoc, haveOwners bool) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tSECRET\tSTATE\tOWNERS\tSERVICES\tENDPOINTS\tERROR")
+	for _, c := range doc.Clusters {
+		own := "-"
+		if haveOwners && len(c.Owners) > 0 {
+			own = strings.Join(c.Owners, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Cluster, dash(c.Secret), dash(c.State), own,
+			strconv.Itoa(c.Services), strconv.Itoa(c.Endpoints), dash(oneLine(c.Error)))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("writing table: %w", err)
+	}
+	if len(doc.SecretErrors) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "REJECTED SECRETS:")
+		for _, e := range doc.SecretErrors {
+			if _, err := fmt.Fprintf(w, "  %s: %s\n", e.Secret, oneLine(e.Error)); err != nil {
+				return fmt.Errorf("writing table: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps a table row on one line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func getJSON(ctx context.Context, client *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err // names the method and URL already
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("GET %s: %w", url, errNotFound)
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: decoding: %w", url, err)
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/meshfed/meshfed/pkg/proxystatus"
+	"github.com/meshfed/meshfed/pkg/proxystatus/csds"
+)
+
+// StatusSource is where CSDS reads proxy status from: the hub gives the
+// fleet-wide view of every replica (a *proxystatus.Fleet); by default it is
+// this replica's StatusTracker. All may be called concurrently and must
+// not block for long; it returns records the caller may keep.
+type StatusSource interface {
+	All() []proxystatus.Record
+}
+
+// csdsServer serves envoy.service.status.v3.ClientStatusDiscoveryService
+// from a StatusSource. The wire shape is package proxystatus/csds's:
+// one ClientConfig per proxy, one GenericXdsConfig per type, the serving
+// replica in node metadata MESHFED_REPLICA.
+type csdsServer struct {
+	statusv3.UnimplementedClientStatusDiscoveryServiceServer
+
+	mu  sync.RWMutex // guards src
+	src StatusSource
+}
+
+func newCSDS(src StatusSource) *csdsServer { return &csdsServer{src: src} }
+
+func (c *csdsServer) source() StatusSource {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.src
+}
+
+func (c *csdsServer) setSource(src StatusSource) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.src = src
+}
+
+func (c *csdsServer) answer(req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
+	resp, err := csds.Response(req, c.source().All())
+	if errors.Is(err, csds.ErrInvalidMatcher) {
+		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
+	}
+	if err != nil {
+		return nil, grpcstatus.Error(codes.Internal, err.Error())
+	}
+	return resp, nil
+}
+
+// FetchClientStatus answers one request.
+func (c *csdsServer) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
+	return c.answer(req)
+}
+
+// StreamClientStatus answers each request on the stream.
+func (c *csdsServer) StreamClientStatus(stream statusv3.ClientStatusDiscoveryService_StreamClientStatusServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("xds: csds: %w", err)
+		}
+		resp, err := c.answer(req)
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return fmt.Errorf("xds: csds: %w", err)
+		}
+	}
+}
