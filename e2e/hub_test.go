@@ -192,23 +192,30 @@ func TestEndpointAndSecretLifecycle(t *testing.T) {
 	})
 
 	t.Run("rotated kubeconfig", func(t *testing.T) {
-		before := registryzCluster(t, hub, "cluster-3")
-		rotated, err := f.Remote("cluster-3").AddUser("meshfed-hub-rotated", "system:masters")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Config().PutRawRemoteSecret(ctx, "remote-b", map[string][]byte{"cluster-3": rotated}); err != nil {
-			t.Fatal(err)
-		}
-		framework.RequireEventually(t, converge, func() error {
-			c := registryzCluster(t, hub, "cluster-3")
-			if c.Generation <= before.Generation || c.State != framework.ClusterSynced {
-				return fmt.Errorf("cluster-3 not re-synced under new credentials: %+v (before %+v)", c, before)
+		// Rotate cluster-3 from client certificates to a TokenRequest token
+		// that expires within the hub's warning window, then to a longer one.
+		rotate := func(ttl time.Duration, wantState framework.ClusterState) {
+			t.Helper()
+			before := registryzCluster(t, hub, "cluster-3")
+			kc, err := f.Remote("cluster-3").TokenKubeconfig(ctx, "meshfed-reader", ttl)
+			if err != nil {
+				t.Fatal(err)
 			}
-			return nil
-		})
-		// The endpoints never left: the client keeps reaching cluster-3.
-		expectClusters(t, conn, 60, "cluster-1", "cluster-2", "cluster-3")
+			if err := f.Config().PutRawRemoteSecret(ctx, "remote-b", map[string][]byte{"cluster-3": kc}); err != nil {
+				t.Fatal(err)
+			}
+			framework.RequireEventually(t, converge, func() error {
+				c := registryzCluster(t, hub, "cluster-3")
+				if c.Generation <= before.Generation || c.State != wantState {
+					return fmt.Errorf("cluster-3 after rotation: %+v (before %+v), want state %s", c, before, wantState)
+				}
+				return nil
+			})
+			// The endpoints never left: the client keeps reaching cluster-3.
+			expectClusters(t, conn, 60, "cluster-1", "cluster-2", "cluster-3")
+		}
+		rotate(time.Hour, "credential-expiring")
+		rotate(48*time.Hour, framework.ClusterSynced)
 	})
 }
 

@@ -1,6 +1,8 @@
 package hub
 
 import (
+	"time"
+
 	"github.com/meshfed/meshfed/hub/remotes"
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -22,8 +24,10 @@ type RegistryzCluster struct {
 	State      remotes.State    `json:"state"`
 	Error      string           `json:"error"`
 	Generation model.Generation `json:"generation"`
-	Services   int              `json:"services"`
-	Endpoints  int              `json:"endpoints"`
+	// CredentialExpiry is when the remote secret's token expires, if known.
+	CredentialExpiry time.Time `json:"credentialExpiry,omitzero"`
+	Services         int       `json:"services"`
+	Endpoints        int       `json:"endpoints"`
 }
 
 // RegistryzService is one merged service in /debug/registryz.
@@ -39,11 +43,13 @@ func registryz(replica string, st *store.Store, status *remotes.Status) Registry
 	for _, s := range st.Clusters() {
 		summaries[s.ID] = s
 	}
+	now := status.Now()
 	for _, c := range status.Clusters() {
 		s := summaries[c.ID]
 		out.Clusters = append(out.Clusters, RegistryzCluster{
-			ID: c.ID, Secret: c.Secret, State: c.State, Error: c.Error,
+			ID: c.ID, Secret: c.Secret, State: c.Effective(now), Error: c.Error,
 			Generation: s.Generation, Services: s.Services, Endpoints: s.Endpoints,
+			CredentialExpiry: c.CredentialExpiry,
 		})
 	}
 	for _, ms := range st.Services() {

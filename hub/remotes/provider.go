@@ -363,6 +363,7 @@ func (p *Provider) place(ctx context.Context, id model.ClusterID, aware multiclu
 	if st, ok := p.opts.Status.Get(id); !ok || st.State != StateReplicated {
 		p.opts.Status.Set(id, p.owners[id], StateReplicated, "")
 	}
+	p.opts.Status.SetCredentialExpiry(id, c.TokenExpiry)
 }
 
 // startCluster starts (or, for new credentials, replaces) cluster c. The old
@@ -378,6 +379,7 @@ func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, sec
 		return
 	}
 	p.opts.Status.Set(c.ID, secret, StateSyncing, "")
+	p.opts.Status.SetCredentialExpiry(c.ID, c.TokenExpiry)
 	cl, err := p.opts.NewCluster(c.ID, c.Config, p.opts.Status)
 	if err != nil {
 		log.Error(err, "cannot create cluster client", "cluster", c.ID)

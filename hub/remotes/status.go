@@ -26,12 +26,18 @@ const (
 	StateSynced State = "synced"
 	// StateUnreachable: listing or watching its apiserver fails.
 	StateUnreachable State = "unreachable"
+	// StateTimeout: its apiserver answers but listing has not finished
+	// within the sync timeout.
+	StateTimeout State = "timeout"
 	// StateReplicated: another replica owns it; its state arrives from
 	// that replica.
 	StateReplicated State = "replicated"
+	// StateCredentialExpiring: served, but the token of its remote secret
+	// expires soon (see Status.ExpiryWarning); rotate the secret.
+	StateCredentialExpiring State = "credential-expiring"
 )
 
-var allStates = []State{StateInvalid, StateSyncing, StateSynced, StateUnreachable, StateReplicated}
+var allStates = []State{StateInvalid, StateSyncing, StateSynced, StateUnreachable, StateTimeout, StateReplicated, StateCredentialExpiring}
 
 // ClusterStatus is what the hub knows of one remote cluster's connection.
 type ClusterStatus struct {
@@ -40,6 +46,22 @@ type ClusterStatus struct {
 	State  State           `json:"state"`
 	Error  string          `json:"error,omitempty"`
 	Since  time.Time       `json:"since"`
+	// CredentialExpiry is when the remote secret's token expires, if known.
+	CredentialExpiry time.Time `json:"credentialExpiry,omitzero"`
+}
+
+// ExpiryWarning is how long before its token expires a healthy cluster is
+// reported credential-expiring: a day leaves time to rotate the secret.
+const ExpiryWarning = 24 * time.Hour
+
+// Effective returns the state to report now: a healthy cluster whose
+// credentials expire within ExpiryWarning is credential-expiring.
+func (c ClusterStatus) Effective(now time.Time) State {
+	healthy := c.State == StateSynced || c.State == StateReplicated
+	if healthy && !c.CredentialExpiry.IsZero() && c.CredentialExpiry.Sub(now) < ExpiryWarning {
+		return StateCredentialExpiring
+	}
+	return c.State
 }
 
 // Error reasons counted in meshfed_remote_cluster_errors_total.
@@ -89,9 +111,10 @@ func (s *Status) Describe(ch chan<- *prometheus.Desc) { ch <- s.statesDesc }
 // Collect implements prometheus.Collector.
 func (s *Status) Collect(ch chan<- prometheus.Metric) {
 	counts := map[State]int{}
+	now := s.clock.Now()
 	s.mu.Lock()
 	for _, c := range s.clusters {
-		counts[c.State]++
+		counts[c.Effective(now)]++
 	}
 	s.mu.Unlock()
 	for _, st := range allStates {
@@ -125,6 +148,18 @@ func (s *Status) Set(id model.ClusterID, secret string, st State, errMsg string)
 		c.Error = errMsg
 	}
 }
+
+// SetCredentialExpiry records when cluster id's credentials expire.
+func (s *Status) SetCredentialExpiry(id model.ClusterID, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.clusters[id]; c != nil {
+		c.CredentialExpiry = at
+	}
+}
+
+// Now is the status clock's time, for Effective.
+func (s *Status) Now() time.Time { return s.clock.Now() }
 
 // CountError counts an error of cluster (or secret) name for reason.
 func (s *Status) CountError(name, reason string) {

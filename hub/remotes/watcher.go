@@ -235,7 +235,7 @@ func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-
 			lastErr = err
 			opts.Status.Set(cw.id, "", StateUnreachable, err.Error())
 			opts.Status.CountError(string(cw.id), ReasonUnreachable)
-		case st.State == StateUnreachable:
+		case st.State == StateUnreachable || st.State == StateTimeout:
 			lastErr = nil
 			if isPublished() {
 				opts.Status.Set(cw.id, "", StateSynced, "")
@@ -253,11 +253,13 @@ func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-
 		case <-timeout.C():
 			if !isPublished() {
 				msg := fmt.Sprintf("not synced after %s", opts.SyncTimeout)
+				state := StateTimeout // it answers, but listing is slow
 				if lastErr != nil {
 					msg += ": " + lastErr.Error()
+					state = StateUnreachable
 				}
-				cw.log.Info("remote cluster not synced yet", "timeout", opts.SyncTimeout.String())
-				opts.Status.Set(cw.id, secret, StateUnreachable, msg)
+				cw.log.Info("remote cluster not synced yet", "timeout", opts.SyncTimeout.String(), "state", state)
+				opts.Status.Set(cw.id, secret, state, msg)
 			}
 		case <-ticker.C():
 			probe()

@@ -1,10 +1,14 @@
 package remotesecret
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -31,6 +35,9 @@ type Cluster struct {
 	Kubeconfig []byte
 	// Config is the client configuration the kubeconfig describes.
 	Config *rest.Config
+	// TokenExpiry is when the kubeconfig's bearer token expires, when it is
+	// a JWT with an exp claim (as TokenRequest tokens are); zero otherwise.
+	TokenExpiry time.Time
 }
 
 // Invalid is an entry of a remote secret that could not be used.
@@ -65,7 +72,7 @@ func Parse(data map[string][]byte) (Parsed, error) {
 			out.Invalid = append(out.Invalid, Invalid{ID: id, Err: fmt.Errorf("cluster %q: %w", key, err)})
 			continue
 		}
-		out.Clusters = append(out.Clusters, Cluster{ID: id, Kubeconfig: data[key], Config: cfg})
+		out.Clusters = append(out.Clusters, Cluster{ID: id, Kubeconfig: data[key], Config: cfg, TokenExpiry: TokenExpiry(cfg.BearerToken)})
 	}
 	return out, nil
 }
@@ -117,4 +124,25 @@ func RESTConfig(kubeconfig []byte) (*rest.Config, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidKubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// TokenExpiry reads the exp claim of a JWT bearer token without verifying
+// it: the hub only uses it to warn that a remote secret needs rotating. It
+// returns the zero time for anything that is not a JWT with an exp claim.
+func TokenExpiry(token string) time.Time {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}
+	}
+	var claims struct {
+		Exp *int64 `json:"exp"`
+	}
+	if json.Unmarshal(payload, &claims) != nil || claims.Exp == nil {
+		return time.Time{}
+	}
+	return time.Unix(*claims.Exp, 0).UTC()
 }

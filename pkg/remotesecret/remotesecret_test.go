@@ -1,9 +1,11 @@
 package remotesecret
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -146,4 +148,21 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestTokenExpiry(t *testing.T) {
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, tc := range []struct {
+		token string
+		want  time.Time
+	}{
+		{enc(`{"alg":"RS256"}`) + "." + enc(`{"exp":1700000000,"sub":"x"}`) + ".sig", time.Unix(1700000000, 0).UTC()},
+		{enc(`{}`) + "." + enc(`{"sub":"no-exp"}`) + ".sig", time.Time{}},
+		{"opaque-static-token", time.Time{}},
+		{"a.!!!.c", time.Time{}},
+	} {
+		if got := TokenExpiry(tc.token); !got.Equal(tc.want) {
+			t.Errorf("TokenExpiry(%q) = %v, want %v", tc.token, got, tc.want)
+		}
+	}
 }

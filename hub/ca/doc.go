@@ -1,0 +1,43 @@
+// Package ca is the hub's certificate authority: it signs workload
+// certificates for every proxy of the fleet through Istio's certificate API,
+// istio.v1.auth.IstioCertificateService/CreateCertificate
+// (istio.io/api/security/v1alpha1), so istio-agent and anything else that
+// speaks to istiod's CA can speak to the hub.
+//
+// Walk-through of one request:
+//
+//	workload in cluster-2 ──CreateCertificate(CSR)──► Server
+//	  metadata: authorization: Bearer <token>, ClusterID: cluster-2
+//	                                                  │
+//	Authenticator ──TokenReview(token, audiences)──► cluster-2's apiserver
+//	  (cached briefly by SHA-256(token) and cluster)  │ system:serviceaccount:<ns>:<sa>
+//	                                                  ▼
+//	Keys.CA (pkg/pki) signs the CSR's public key for
+//	  spiffe://<trust-domain>/ns/<ns>/sa/<sa>  ──► [leaf, intermediates..., roots]
+//
+// The parts:
+//
+//   - Keys (keys.go) is the signing CA, read from the config cluster: Istio's
+//     plug-in Secret "cacerts" when an operator provides one, else a
+//     self-signed root that the first replica creates in Secret
+//     "istio-ca-secret" and every other replica reads, so all replicas sign
+//     with the same root.
+//   - Authenticator (authn.go) proves who the caller is. A token is only
+//     meaningful to the cluster that issued it, so it is reviewed by the
+//     apiserver of the cluster the caller names in its ClusterID metadata,
+//     reached through the remote secret's credentials (ClusterConfigs).
+//     The apiserver checks signature, expiry, audience and that the service
+//     account and any bound object still exist.
+//   - Server (server.go) reads the metadata, authenticates, parses the CSR
+//     with pki.ParseCSR and signs with pki.CA.SignCSR. The identity in the
+//     certificate comes from the reviewed token only; whatever the CSR
+//     claims is ignored, as Istio's CA does. Errors are sentinel values of
+//     this package up to the wire, where they become gRPC codes:
+//     Unauthenticated for every authentication failure (with the cause in
+//     the message), InvalidArgument for a bad CSR, Unavailable when a
+//     remote apiserver cannot be asked.
+//
+// The package reads no environment and no globals; clocks are injected
+// (k8s.io/utils/clock) so certificate lifetimes and cache expiry are
+// testable without waiting.
+package ca
