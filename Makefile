@@ -66,4 +66,4 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	done
 
 clean:
-	rm -rf $(BIN)/meshfed-*
+	rm -rf $(BIN)/meshfed-hub $(BIN)/meshfedctl $(BIN)/meshfed-spoke
