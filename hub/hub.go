@@ -23,6 +23,7 @@ import (
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/hub/monitoring"
 	"github.com/meshfed/meshfed/hub/remotes"
 	"github.com/meshfed/meshfed/hub/store"
@@ -73,6 +74,21 @@ type Options struct {
 	// WatchReplicas is how many live replicas watch each remote cluster.
 	WatchReplicas int
 
+	// Workload CA (package hub/ca).
+	// CAAddr is the TLS listen address of Istio's certificate API
+	// (IstioCertificateService); empty disables the CA.
+	CAAddr string
+	// TrustDomain of workload SPIFFE IDs.
+	TrustDomain string
+	// CAAudiences are the token audiences the CA accepts (any one).
+	CAAudiences []string
+	// WorkloadCertTTL is the lifetime of a certificate whose request names
+	// none; MaxWorkloadCertTTL caps what a request may ask for.
+	WorkloadCertTTL, MaxWorkloadCertTTL time.Duration
+	// CADNSNames name the CA's serving certificate (the hub's Service
+	// names); default istiod.<ns>.svc and meshfed-hub.<ns>.svc.
+	CADNSNames []string
+
 	Log   logr.Logger
 	Clock clock.WithTicker
 }
@@ -94,8 +110,14 @@ func DefaultOptions() Options {
 		// apiservers flat however many replicas serve; every replica still
 		// serves every cluster from the replicated state.
 		WatchReplicas: 1,
-		Log:           logr.Discard(),
-		Clock:         clock.RealClock{},
+		// istiod's CA port, so istio-agent's CA_ADDR habits carry over.
+		CAAddr:             ":15012",
+		TrustDomain:        ca.DefaultTrustDomain,
+		CAAudiences:        []string{ca.DefaultAudience},
+		WorkloadCertTTL:    24 * time.Hour,
+		MaxWorkloadCertTTL: 24 * time.Hour,
+		Log:                logr.Discard(),
+		Clock:              clock.RealClock{},
 	}
 }
 
@@ -150,6 +172,10 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("hub: manager: %w", err)
 	}
 	provider.SetupWithManager(mgr.GetLocalManager())
+	caServer, err := newCA(ctx, opts, cfg, provider, log, reg)
+	if err != nil {
+		return err
+	}
 	if err := mgr.Add(watcher); err != nil {
 		return err
 	}
@@ -170,6 +196,7 @@ func Run(ctx context.Context, opts Options) error {
 			"registryz":    func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
 			"federationz":  func(*http.Request) any { return repl.Federationz() },
 			"proxystatusz": func(*http.Request) any { return proxystatus.JSONDocument{Proxies: proxies.All()} },
+			"trustz":       func(*http.Request) any { return trustz(repl.TrustRoots()) },
 		},
 		Log: log.WithName("monitoring"),
 	})
@@ -179,6 +206,12 @@ func Run(ctx context.Context, opts Options) error {
 	g.Go(func() error { return xdsServer.Run(ctx) })
 	g.Go(func() error { return mon.Run(ctx) })
 	g.Go(func() error { return repl.Run(ctx) })
+	if caServer != nil {
+		if err := caServer.publishRoots(opts, repl.AddRoot); err != nil {
+			return err
+		}
+		g.Go(func() error { return caServer.server.Serve(ctx, opts.CAAddr) })
+	}
 	return g.Wait()
 }
 

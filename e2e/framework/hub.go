@@ -35,9 +35,9 @@ type HubOptions struct {
 	// restart a replica where its clients expect it. Default: a free port
 	// on 127.0.0.1 each.
 	XDSAddr, MonitoringAddr string
-	// GossipAddr and PeerAddr pin the federation listen addresses.
-	// Default: a free port on 127.0.0.1 each.
-	GossipAddr, PeerAddr string
+	// GossipAddr and PeerAddr pin the federation listen addresses, CAAddr
+	// the workload CA's. Default: a free port on 127.0.0.1 each.
+	GossipAddr, PeerAddr, CAAddr string
 	// Join lists hubs whose gossip address this hub joins (--join).
 	Join []*Hub
 	// GossipKeyFile is passed as --gossip-key-file when set.
@@ -87,11 +87,11 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		opts.ReplicaID = fmt.Sprintf("hub-%d", len(f.hubs))
 	}
 	f.mu.Unlock()
-	addrs, err := freeAddrs(4)
+	addrs, err := freeAddrs(5)
 	if err != nil {
 		return nil, fmt.Errorf("framework: choosing hub addresses: %w", err)
 	}
-	for i, a := range []*string{&opts.XDSAddr, &opts.MonitoringAddr, &opts.GossipAddr, &opts.PeerAddr} {
+	for i, a := range []*string{&opts.XDSAddr, &opts.MonitoringAddr, &opts.GossipAddr, &opts.PeerAddr, &opts.CAAddr} {
 		if *a == "" {
 			*a = addrs[i]
 		}
@@ -120,6 +120,7 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		"--replica-id=" + opts.ReplicaID,
 		"--gossip-addr=" + opts.GossipAddr,
 		"--peer-addr=" + opts.PeerAddr,
+		"--ca-addr=" + opts.CAAddr,
 	}, opts.Args...)
 	if len(opts.Join) > 0 {
 		var seeds []string
@@ -184,6 +185,33 @@ func (h *Hub) ReplicaID() string { return h.id }
 
 // GossipAddr returns the hub's memberlist address.
 func (h *Hub) GossipAddr() string { return h.gossipAddr }
+
+// CAAddr returns the hub's workload CA address (TLS).
+func (h *Hub) CAAddr() string { return h.opts.CAAddr }
+
+// Trustz returns the hub's /debug/trustz document: the federated trust
+// bundle, each root with its PEM.
+func (h *Hub) Trustz(ctx context.Context) (*Trustz, error) {
+	body, err := h.getOK(ctx, "/debug/trustz")
+	if err != nil {
+		return nil, err
+	}
+	tz := &Trustz{}
+	if err := json.Unmarshal(body, tz); err != nil {
+		return nil, fmt.Errorf("framework: hub %s: decoding /debug/trustz: %w", h.id, err)
+	}
+	return tz, nil
+}
+
+// Trustz is the hub's /debug/trustz document.
+type Trustz struct {
+	Roots []struct {
+		TrustDomain string `json:"trustDomain"`
+		Fingerprint string `json:"fingerprint"`
+		Source      string `json:"source"`
+		PEM         string `json:"pem"`
+	} `json:"roots"`
+}
 
 // PeerAddr returns the hub's replica-to-replica gRPC address.
 func (h *Hub) PeerAddr() string { return h.peerAddr }

@@ -48,6 +48,7 @@ func runStubHub(args []string) int {
 	extra := fs.String("extra", "", "")
 	gossipAddr := fs.String("gossip-addr", "", "")
 	peerAddr := fs.String("peer-addr", "", "")
+	_ = fs.String("ca-addr", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -40,6 +40,12 @@ func main() {
 	fs.StringVar(&opts.PeerTLSKey, "peer-tls-key", "", "PEM key for --peer-tls-cert")
 	fs.StringVar(&opts.PeerTLSCA, "peer-tls-ca", "", "PEM CA bundle that peer certificates must chain to")
 	fs.IntVar(&opts.WatchReplicas, "watch-replicas", opts.WatchReplicas, "how many live replicas watch each remote cluster")
+	fs.StringVar(&opts.CAAddr, "ca-addr", opts.CAAddr, "TLS listen address of the workload certificate API (Istio's CreateCertificate); empty disables the CA")
+	fs.StringVar(&opts.TrustDomain, "trust-domain", opts.TrustDomain, "SPIFFE trust domain of workload certificates")
+	caAudience := fs.String("ca-audience", strings.Join(opts.CAAudiences, ","), "comma-separated token audiences the CA accepts")
+	fs.DurationVar(&opts.WorkloadCertTTL, "workload-cert-ttl", opts.WorkloadCertTTL, "lifetime of a workload certificate whose request names none")
+	fs.DurationVar(&opts.MaxWorkloadCertTTL, "max-workload-cert-ttl", opts.MaxWorkloadCertTTL, "longest workload certificate lifetime; longer requests are cut to it")
+	caDNSNames := fs.String("ca-dns-names", "", "comma-separated DNS names of the CA's serving certificate (default istiod.<namespace>.svc,meshfed-hub.<namespace>.svc)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -48,6 +54,8 @@ func main() {
 			opts.Join = append(opts.Join, j)
 		}
 	}
+	opts.CAAudiences = splitList(*caAudience)
+	opts.CADNSNames = splitList(*caDNSNames)
 	opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
 	// controller-runtime and client-go log through process-wide loggers;
 	// main is the one place allowed to set them.
@@ -65,4 +73,15 @@ func main() {
 func hostname() string {
 	h, _ := os.Hostname()
 	return h
+}
+
+// splitList splits a comma-separated flag, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

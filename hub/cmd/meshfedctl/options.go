@@ -12,12 +12,14 @@ import (
 const (
 	cmdProxyStatus    = "proxy-status"
 	cmdRemoteClusters = "remote-clusters"
+	cmdTrustBundle    = "trust-bundle"
 )
 
 // Output formats.
 const (
 	outputTable = "table"
 	outputJSON  = "json"
+	outputPEM   = "pem"
 )
 
 // Options is a parsed command line.
@@ -51,6 +53,7 @@ func DefaultOptions() Options {
 const usage = `usage:
   meshfedctl proxy-status [--hub ADDR] [-o table|json] [PROXY]
   meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
+  meshfedctl trust-bundle [--monitoring ADDR] [-o table|json|pem]
 `
 
 // parseArgs parses args (without the program name). Flags may come before
@@ -75,7 +78,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	switch opts.Command {
 	case cmdProxyStatus:
 		fs.StringVar(&opts.Hub, "hub", opts.Hub, "address of a hub's xDS port (CSDS, plaintext)")
-	case cmdRemoteClusters:
+	case cmdRemoteClusters, cmdTrustBundle:
 		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
 	case "help", "-h", "--help":
 		fmt.Fprint(stderr, usage)
@@ -95,7 +98,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		positional = append(positional, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
-	if opts.Output != outputTable && opts.Output != outputJSON {
+	if opts.Output != outputTable && opts.Output != outputJSON && !(opts.Command == cmdTrustBundle && opts.Output == outputPEM) {
 		return opts, fmt.Errorf("-o %q: want table or json", opts.Output)
 	}
 	switch {

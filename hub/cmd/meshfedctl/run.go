@@ -29,6 +29,8 @@ func run(ctx context.Context, opts Options, stdout io.Writer) error {
 		return proxyStatus(ctx, opts, stdout)
 	case cmdRemoteClusters:
 		return remoteClusters(ctx, opts, stdout)
+	case cmdTrustBundle:
+		return trustBundle(ctx, opts, stdout)
 	}
 	return fmt.Errorf("unknown command %q", opts.Command)
 }

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+)
+
+// trustz is the part of a hub's /debug/trustz that meshfedctl reads.
+type trustz struct {
+	Roots []struct {
+		TrustDomain string `json:"trustDomain"`
+		Fingerprint string `json:"fingerprint"`
+		Source      string `json:"source"`
+		NotAfter    string `json:"notAfter"`
+		PEM         string `json:"pem"`
+	} `json:"roots"`
+}
+
+// trustBundle prints the federated trust bundle: a table, the JSON, or the
+// concatenated PEM (what workloads put in root-cert.pem).
+func trustBundle(ctx context.Context, opts Options, stdout io.Writer) error {
+	base := opts.Monitoring
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	var doc trustz
+	client := &http.Client{Timeout: opts.Timeout}
+	if err := getJSON(ctx, client, strings.TrimSuffix(base, "/")+"/debug/trustz", &doc); err != nil {
+		return fmt.Errorf("hub %s: %w", opts.Monitoring, err)
+	}
+	switch opts.Output {
+	case outputJSON:
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(doc)
+	case outputPEM:
+		for _, r := range doc.Roots {
+			if _, err := io.WriteString(stdout, r.PEM); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "TRUST DOMAIN\tFINGERPRINT\tSOURCE\tNOT AFTER")
+	for _, r := range doc.Roots {
+		fp := r.Fingerprint
+		if len(fp) > 16 {
+			fp = fp[:16] + "…"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.TrustDomain, fp, r.Source, r.NotAfter)
+	}
+	return tw.Flush()
+}
