@@ -35,7 +35,7 @@ e2e: k8s-assets build ## end-to-end tests: real apiservers, hub processes, xDS c
 
 bench: k8s-assets build ## benchmarks: figures printed side by side
 	@echo "==> benchmarks"
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./federation/... ./hub/...
+	KUBEBUILDER_ASSETS=$(ASSETS) $(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./federation/... ./hub/...
 	$(E2E_ENV) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./e2e/bench/
 
 demo: k8s-assets build ## a local fleet end to end: 3 remote clusters, a hub, backends and a client
