@@ -12,11 +12,11 @@ UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
 
-.PHONY: build test test-unit e2e bench demo k8s-assets lint fmt tidy-check fuzz clean
+.PHONY: build test test-unit e2e bench demo k8s-assets lint fmt tidy-check fuzz charts clean
 
 build: ## build the binaries into bin/
 	@echo "==> build"
-	$(GO) build -o $(BIN)/ ./hub/cmd/...
+	$(GO) build -o $(BIN)/ ./hub/cmd/... ./spoke/cmd/...
 
 k8s-assets: ## build kube-apiserver and etcd from the module proxy (cached in bin/k8s)
 	@echo "==> k8s-assets (kube-apiserver and etcd for envtest; a cold build takes ~8 min, later runs are instant)"
@@ -56,6 +56,9 @@ tidy-check:
 	@echo "==> go mod tidy"
 	@$(GO) mod tidy
 	@if ! git diff --quiet -- go.mod go.sum; then git diff -- go.mod go.sum; echo "go.mod/go.sum are not tidy"; exit 1; fi
+
+charts: ## render and lint the Helm charts (no apiserver needed)
+	$(GO) test -count=1 -run 'TestChartsLint|TestSpokeChart|TestHubChart|TestChartSchema' ./e2e/
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \

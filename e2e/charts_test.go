@@ -1,0 +1,624 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/spoke/inject"
+)
+
+// The charts, relative to this package.
+const (
+	spokeChartDir = "../remote-charts/spoke"
+	hubChartDir   = "../remote-charts/hub"
+)
+
+// chartKubeVersion is the Kubernetes the charts are rendered for: the one
+// the tests run (make k8s-assets).
+var chartKubeVersion = &chartutil.KubeVersion{Version: "v1.36.3", Major: "1", Minor: "36"}
+
+// rendered is one rendering of a chart: its objects, by "Kind/namespace/name".
+type rendered struct {
+	objects []*unstructured.Unstructured
+	byKey   map[string]*unstructured.Unstructured
+}
+
+// renderChart renders the chart in dir as `helm template` would (real Helm
+// library: values coalesced with the chart's defaults and checked against
+// values.schema.json, then the template engine), as release "meshfed" in
+// namespace.
+func renderChart(dir, namespace string, values map[string]any) (*rendered, error) {
+	chrt, err := loader.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !chartutil.IsCompatibleRange(chrt.Metadata.KubeVersion, chartKubeVersion.Version) {
+		return nil, fmt.Errorf("chart %s needs Kubernetes %s, not %s", chrt.Name(), chrt.Metadata.KubeVersion, chartKubeVersion.Version)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = *chartKubeVersion
+	vals, err := chartutil.ToRenderValues(chrt, values,
+		chartutil.ReleaseOptions{Name: "meshfed", Namespace: namespace, IsInstall: true, Revision: 1}, caps)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(chrt, vals)
+	if err != nil {
+		return nil, err
+	}
+	out := &rendered{byKey: map[string]*unstructured.Unstructured{}}
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for k := range files {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		if !strings.HasSuffix(name, ".yaml") {
+			continue
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(files[name]), 4096)
+		for {
+			var obj map[string]any
+			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if len(obj) == 0 {
+				continue
+			}
+			u := &unstructured.Unstructured{Object: obj}
+			key := u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
+			if out.byKey[key] != nil {
+				return nil, fmt.Errorf("%s: %s rendered twice", name, key)
+			}
+			out.byKey[key] = u
+			out.objects = append(out.objects, u)
+		}
+	}
+	return out, nil
+}
+
+func mustRender(t *testing.T, dir, namespace string, values map[string]any) *rendered {
+	t.Helper()
+	r, err := renderChart(dir, namespace, values)
+	if err != nil {
+		t.Fatalf("rendering %s: %v", dir, err)
+	}
+	return r
+}
+
+// get decodes the object kind/namespace/name into out (a typed object).
+func (r *rendered) get(t *testing.T, kind, namespace, name string, out runtime.Object) {
+	t.Helper()
+	u := r.byKey[kind+"/"+namespace+"/"+name]
+	if u == nil {
+		t.Fatalf("no %s %s/%s rendered; have %v", kind, namespace, name, r.keys())
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		t.Fatalf("%s %s: %v", kind, name, err)
+	}
+}
+
+func (r *rendered) has(kind, namespace, name string) bool {
+	return r.byKey[kind+"/"+namespace+"/"+name] != nil
+}
+
+func (r *rendered) keys() []string {
+	var ks []string
+	for k := range r.byKey {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// ruleSet flattens RBAC rules into "group resource verb [name]" strings,
+// so a comparison fails on any widening: a new verb, resource, group or a
+// dropped resourceNames restriction.
+func ruleSet(rules []rbacv1.PolicyRule) []string {
+	var out []string
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if len(r.ResourceNames) == 0 {
+						out = append(out, fmt.Sprintf("%q %s %s", g, res, v))
+					}
+					for _, n := range r.ResourceNames {
+						out = append(out, fmt.Sprintf("%q %s %s %s", g, res, v, n))
+					}
+				}
+			}
+		}
+		if len(r.NonResourceURLs) > 0 {
+			out = append(out, fmt.Sprintf("nonResourceURLs %v %v", r.NonResourceURLs, r.Verbs))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func requireRules(t *testing.T, what string, got []rbacv1.PolicyRule, want ...string) {
+	t.Helper()
+	sort.Strings(want)
+	if g := ruleSet(got); !slices.Equal(g, want) {
+		t.Errorf("%s rules:\n  got  %q\n  want %q", what, g, want)
+	}
+}
+
+// noWildcards fails on a "*" anywhere in any role of r.
+func noWildcards(t *testing.T, r *rendered) {
+	t.Helper()
+	for _, u := range r.objects {
+		if u.GetKind() != "ClusterRole" && u.GetKind() != "Role" {
+			continue
+		}
+		var role rbacv1.ClusterRole
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &role); err != nil {
+			t.Fatal(err)
+		}
+		for _, rule := range role.Rules {
+			for _, s := range slices.Concat(rule.APIGroups, rule.Resources, rule.Verbs, rule.ResourceNames) {
+				if strings.Contains(s, "*") {
+					t.Errorf("%s %s has a wildcard rule: %+v", u.GetKind(), u.GetName(), rule)
+				}
+			}
+		}
+		if role.AggregationRule != nil {
+			t.Errorf("%s %s aggregates other roles", u.GetKind(), u.GetName())
+		}
+	}
+}
+
+func TestChartsLint(t *testing.T) {
+	for _, dir := range []string{spokeChartDir, hubChartDir} {
+		for _, values := range []map[string]any{nil, {"replicaCount": 1}} {
+			res := lint.AllWithKubeVersion(dir, values, "istio-system", chartKubeVersion)
+			for _, m := range res.Messages {
+				if m.Severity >= support.ErrorSev {
+					t.Errorf("helm lint %s: %s", dir, m)
+				} else {
+					t.Logf("helm lint %s: %s", dir, m)
+				}
+			}
+		}
+	}
+}
+
+func TestSpokeChartDefaults(t *testing.T) {
+	const ns = "istio-system"
+	r := mustRender(t, spokeChartDir, ns, nil)
+	noWildcards(t, r)
+
+	if r.has("Namespace", "", ns) {
+		t.Error("namespace rendered although namespace.create is false")
+	}
+	for _, sa := range []string{"meshfed-spoke", "meshfed-reader"} {
+		r.get(t, "ServiceAccount", ns, sa, &corev1.ServiceAccount{})
+	}
+	var token corev1.Secret
+	r.get(t, "Secret", ns, "meshfed-reader-token", &token)
+	if token.Type != corev1.SecretTypeServiceAccountToken || token.Annotations[corev1.ServiceAccountNameKey] != "meshfed-reader" {
+		t.Errorf("reader token secret %+v", token.ObjectMeta)
+	}
+
+	// The hub's reader: exactly these rights, in particular no secrets.
+	var reader rbacv1.ClusterRole
+	r.get(t, "ClusterRole", "", "meshfed-reader-"+ns, &reader)
+	requireRules(t, "reader", reader.Rules,
+		`"" services get`, `"" services list`, `"" services watch`,
+		`"" pods get`, `"" pods list`, `"" pods watch`,
+		`"" nodes get`, `"" nodes list`, `"" nodes watch`,
+		`"" namespaces get`, `"" namespaces list`, `"" namespaces watch`,
+		`"discovery.k8s.io" endpointslices get`, `"discovery.k8s.io" endpointslices list`, `"discovery.k8s.io" endpointslices watch`,
+		`"authentication.k8s.io" tokenreviews create`,
+	)
+	var readerBinding rbacv1.ClusterRoleBinding
+	r.get(t, "ClusterRoleBinding", "", "meshfed-reader-"+ns, &readerBinding)
+	if readerBinding.RoleRef.Name != reader.Name || len(readerBinding.Subjects) != 1 ||
+		readerBinding.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: "meshfed-reader", Namespace: ns}) {
+		t.Errorf("reader binding %+v", readerBinding)
+	}
+
+	// The spoke itself.
+	var spokeRole rbacv1.ClusterRole
+	r.get(t, "ClusterRole", "", "meshfed-spoke-"+ns, &spokeRole)
+	requireRules(t, "spoke cluster role", spokeRole.Rules,
+		`"" namespaces get`, `"" namespaces list`, `"" namespaces watch`,
+		`"" configmaps create`,
+		`"" configmaps update istio-ca-root-cert`,
+		`"admissionregistration.k8s.io" mutatingwebhookconfigurations patch meshfed-spoke-injector-`+ns,
+		`"admissionregistration.k8s.io" validatingwebhookconfigurations patch meshfed-spoke-validator-`+ns,
+	)
+	var nsRole rbacv1.Role
+	r.get(t, "Role", ns, "meshfed-spoke", &nsRole)
+	requireRules(t, "spoke role", nsRole.Rules, `"" configmaps get`, `"" configmaps list`, `"" configmaps watch`)
+	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+		var b rbacv1.RoleBinding // the shapes are the same
+		name, bns := "meshfed-spoke-"+ns, ""
+		if kind == "RoleBinding" {
+			name, bns = "meshfed-spoke", ns
+		}
+		r.get(t, kind, bns, name, &b)
+		if len(b.Subjects) != 1 || b.Subjects[0].Name != "meshfed-spoke" || b.Subjects[0].Namespace != ns {
+			t.Errorf("%s subjects %+v", kind, b.Subjects)
+		}
+	}
+
+	var dep appsv1.Deployment
+	r.get(t, "Deployment", ns, "meshfed-spoke", &dep)
+	if *dep.Spec.Replicas != 2 || dep.Spec.Template.Spec.ServiceAccountName != "meshfed-spoke" {
+		t.Errorf("deployment replicas %d sa %s", *dep.Spec.Replicas, dep.Spec.Template.Spec.ServiceAccountName)
+	}
+	if dep.Spec.Template.Labels[inject.LabelInject] != "false" {
+		t.Error("the spoke's own pods are not excluded from injection")
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	for _, arg := range []string{"--listen-addr=:15017", "--inject-configmap=istio-system/istio-sidecar-injector",
+		"--tls-cert-file=/etc/meshfed/tls/tls.crt", "--tls-key-file=/etc/meshfed/tls/tls.key"} {
+		if !slices.Contains(c.Args, arg) {
+			t.Errorf("spoke args %v lack %s", c.Args, arg)
+		}
+	}
+	if c.Image != "ghcr.io/meshfed/meshfed-spoke:0.1.0" || c.ReadinessProbe.HTTPGet.Path != "/readyz" ||
+		c.ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+		t.Errorf("spoke container %s, readiness %+v", c.Image, c.ReadinessProbe.HTTPGet)
+	}
+
+	var svc corev1.Service
+	r.get(t, "Service", ns, "meshfed-spoke", &svc)
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.String() != "https-webhook" {
+		t.Errorf("service ports %+v", svc.Spec.Ports)
+	}
+	var pdb policyv1.PodDisruptionBudget
+	r.get(t, "PodDisruptionBudget", ns, "meshfed-spoke", &pdb)
+	if pdb.Spec.MinAvailable.IntValue() != 1 {
+		t.Errorf("pdb minAvailable %v", pdb.Spec.MinAvailable)
+	}
+
+	// Istio's two-webhook injection setup.
+	var mwc admissionregistrationv1.MutatingWebhookConfiguration
+	r.get(t, "MutatingWebhookConfiguration", "", "meshfed-spoke-injector-"+ns, &mwc)
+	if len(mwc.Webhooks) != 2 {
+		t.Fatalf("mutating webhooks: %d", len(mwc.Webhooks))
+	}
+	for _, w := range mwc.Webhooks {
+		if w.ClientConfig.Service == nil || w.ClientConfig.Service.Name != "meshfed-spoke" ||
+			*w.ClientConfig.Service.Path != "/inject" || *w.FailurePolicy != admissionregistrationv1.Fail ||
+			*w.SideEffects != admissionregistrationv1.SideEffectClassNone || !slices.Equal(w.AdmissionReviewVersions, []string{"v1"}) {
+			t.Errorf("webhook %s: %+v", w.Name, w)
+		}
+		if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Resources, []string{"pods"}) ||
+			!slices.Equal(w.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) {
+			t.Errorf("webhook %s rules %+v", w.Name, w.Rules)
+		}
+	}
+	nsHook, objHook := mwc.Webhooks[0], mwc.Webhooks[1]
+	if e := nsHook.NamespaceSelector.MatchExpressions; len(e) != 1 || e[0].Key != "istio-injection" || e[0].Values[0] != "enabled" {
+		t.Errorf("namespace webhook selects %+v", nsHook.NamespaceSelector)
+	}
+	if e := nsHook.ObjectSelector.MatchExpressions; len(e) != 1 || e[0].Operator != "NotIn" || e[0].Values[0] != "false" {
+		t.Errorf("namespace webhook objects %+v", nsHook.ObjectSelector)
+	}
+	if e := objHook.ObjectSelector.MatchExpressions; len(e) != 1 || e[0].Key != inject.LabelInject || e[0].Operator != "In" || e[0].Values[0] != "true" {
+		t.Errorf("object webhook objects %+v", objHook.ObjectSelector)
+	}
+	if e := objHook.NamespaceSelector.MatchExpressions; len(e) != 2 || e[0].Key != "istio-injection" || e[0].Operator != "DoesNotExist" {
+		t.Errorf("object webhook namespaces %+v", objHook.NamespaceSelector)
+	}
+
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	r.get(t, "ValidatingWebhookConfiguration", "", "meshfed-spoke-validator-"+ns, &vwc)
+	if len(vwc.Webhooks) != 1 {
+		t.Fatalf("validating webhooks: %d", len(vwc.Webhooks))
+	}
+	vw := vwc.Webhooks[0]
+	if *vw.ClientConfig.Service.Path != "/validate" || len(vw.Rules) != 1 ||
+		!slices.Equal(vw.Rules[0].APIGroups, []string{"networking.istio.io"}) ||
+		!slices.Equal(vw.Rules[0].APIVersions, []string{"v1", "v1beta1", "v1alpha3"}) ||
+		!slices.Equal(vw.Rules[0].Resources, []string{"virtualservices", "destinationrules", "serviceentries", "sidecars"}) {
+		t.Errorf("validating webhook %+v", vw)
+	}
+
+	// The injection ConfigMap parses as the spoke will parse it, and
+	// carries meshfed's templates unchanged.
+	var cm corev1.ConfigMap
+	r.get(t, "ConfigMap", ns, "istio-sidecar-injector", &cm)
+	cfg, err := inject.ParseConfigMap(cm.Data)
+	if err != nil {
+		t.Fatalf("injection ConfigMap: %v", err)
+	}
+	if got := cfg.Templates(); !slices.Equal(got, []string{"grpc-agent", "sidecar"}) {
+		t.Errorf("templates %v", got)
+	}
+	var file inject.ConfigFile
+	if err := yamlUnmarshal(cm.Data[inject.ConfigKey], &file); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range inject.BuiltinTemplates() {
+		if file.Templates[name] != want {
+			t.Errorf("chart template %s differs from spoke/inject/templates/%s.yaml", name, name)
+		}
+	}
+	var values map[string]any
+	if err := json.Unmarshal([]byte(cm.Data[inject.ValuesKey]), &values); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]any{
+		"clusterID": "Kubernetes", "trustDomain": "cluster.local",
+		"discoveryAddress": "meshfed-hub.istio-system.svc:15010", "caAddress": "meshfed-hub.istio-system.svc:15012",
+	} {
+		if values[k] != want {
+			t.Errorf("values.%s = %v, want %v", k, values[k], want)
+		}
+	}
+}
+
+// TestSpokeChartFilesMatchTemplates keeps the chart's copies of the
+// injection templates equal to the spoke's (the chart cannot reach
+// outside its directory, so they are copies).
+func TestSpokeChartFilesMatchTemplates(t *testing.T) {
+	for name, want := range inject.BuiltinTemplates() {
+		got, err := os.ReadFile(filepath.Join(spokeChartDir, "files", name+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("remote-charts/spoke/files/%s.yaml differs from spoke/inject/templates/%s.yaml: copy it over", name, name)
+		}
+	}
+}
+
+func TestSpokeChartOverrides(t *testing.T) {
+	const ns = "mesh-spoke"
+	r := mustRender(t, spokeChartDir, ns, map[string]any{
+		"clusterID":    "cluster-7",
+		"network":      "net-7",
+		"namespace":    map[string]any{"create": true},
+		"replicaCount": 1,
+		"hub":          map[string]any{"discoveryAddress": "hub.example.com:443", "caAddress": "ca.example.com:8443"},
+		"reader":       map[string]any{"enabled": false},
+		"webhook": map[string]any{
+			"url": "https://10.0.0.1:9443/", "caBundle": "Q0E=", "tls": map[string]any{"secretName": ""},
+			"injection":  map[string]any{"failurePolicy": "Ignore"},
+			"validation": map[string]any{"enabled": false},
+		},
+		"injection": map[string]any{
+			"defaultTemplates": []any{"grpc-agent"},
+			"templates":        map[string]any{"custom": "metadata:\n  labels:\n    custom: {{ toJSON .Values.flavour }}\n"},
+			"extraValues":      map[string]any{"flavour": "plain", "clusterID": "overridden"},
+		},
+	})
+	noWildcards(t, r)
+	var nsObj corev1.Namespace
+	r.get(t, "Namespace", "", ns, &nsObj)
+	if nsObj.Labels["istio-injection"] != "disabled" {
+		t.Errorf("namespace labels %v", nsObj.Labels)
+	}
+	for _, gone := range []string{"ServiceAccount/" + ns + "/meshfed-reader", "ClusterRole//meshfed-reader-" + ns,
+		"ValidatingWebhookConfiguration//meshfed-spoke-validator-" + ns, "PodDisruptionBudget/" + ns + "/meshfed-spoke"} {
+		if r.byKey[gone] != nil {
+			t.Errorf("%s rendered", gone)
+		}
+	}
+	var mwc admissionregistrationv1.MutatingWebhookConfiguration
+	r.get(t, "MutatingWebhookConfiguration", "", "meshfed-spoke-injector-"+ns, &mwc)
+	for _, w := range mwc.Webhooks {
+		if w.ClientConfig.URL == nil || *w.ClientConfig.URL != "https://10.0.0.1:9443/inject" || w.ClientConfig.Service != nil ||
+			string(w.ClientConfig.CABundle) != "CA" || *w.FailurePolicy != admissionregistrationv1.Ignore {
+			t.Errorf("webhook %s client %+v policy %v", w.Name, w.ClientConfig, *w.FailurePolicy)
+		}
+	}
+	var dep appsv1.Deployment
+	r.get(t, "Deployment", ns, "meshfed-spoke", &dep)
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(args, "--dev-cert-hosts=meshfed-spoke.mesh-spoke.svc,meshfed-spoke.mesh-spoke.svc.cluster.local") ||
+		slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--tls-cert-file") }) ||
+		len(dep.Spec.Template.Spec.Volumes) != 0 {
+		t.Errorf("args %v volumes %v", args, dep.Spec.Template.Spec.Volumes)
+	}
+	var cm corev1.ConfigMap
+	r.get(t, "ConfigMap", ns, "istio-sidecar-injector", &cm)
+	cfg, err := inject.ParseConfigMap(cm.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Templates(), []string{"custom", "grpc-agent", "sidecar"}) || !slices.Equal(cfg.DefaultTemplates(), []string{"grpc-agent"}) {
+		t.Errorf("templates %v defaults %v", cfg.Templates(), cfg.DefaultTemplates())
+	}
+	var values map[string]any
+	_ = json.Unmarshal([]byte(cm.Data[inject.ValuesKey]), &values)
+	if values["clusterID"] != "overridden" || values["network"] != "net-7" || values["caAddress"] != "ca.example.com:8443" || values["flavour"] != "plain" {
+		t.Errorf("values %v", values)
+	}
+}
+
+func TestHubChart(t *testing.T) {
+	const ns = "meshfed"
+	r := mustRender(t, hubChartDir, ns, nil)
+	noWildcards(t, r)
+	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
+		for _, u := range r.objects {
+			if u.GetKind() == kind {
+				t.Errorf("the hub needs no cluster-wide rights in the config cluster, got %s %s", kind, u.GetName())
+			}
+		}
+	}
+	var role rbacv1.Role
+	r.get(t, "Role", ns, "meshfed-hub", &role)
+	requireRules(t, "hub role", role.Rules,
+		`"" secrets get`, `"" secrets list`, `"" secrets watch`, `"" secrets create`)
+
+	var dep appsv1.Deployment
+	r.get(t, "Deployment", ns, "meshfed-hub", &dep)
+	if *dep.Spec.Replicas != 3 {
+		t.Errorf("replicas %d", *dep.Spec.Replicas)
+	}
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	for _, a := range []string{
+		"--namespace=meshfed", "--replica-id=$(POD_NAME)", "--xds-addr=:15010", "--monitoring-addr=:15014",
+		"--gossip-addr=:7946", "--gossip-advertise-addr=$(POD_IP):7946",
+		"--join=meshfed-hub-gossip.meshfed.svc.cluster.local:7946",
+		"--peer-addr=:15011", "--peer-advertise-addr=$(POD_IP):15011", "--watch-replicas=1",
+		"--ca-addr=:15012", "--trust-domain=cluster.local", "--ca-audience=istio-ca",
+	} {
+		if !slices.Contains(args, a) {
+			t.Errorf("hub args lack %s: %v", a, args)
+		}
+	}
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--gossip-key-file") }) {
+		t.Errorf("gossip key without a secret: %v", args)
+	}
+	var svc corev1.Service
+	r.get(t, "Service", ns, "meshfed-hub", &svc)
+	ports := map[string]int32{}
+	for _, p := range svc.Spec.Ports {
+		ports[p.Name] = p.Port
+	}
+	if ports["grpc-xds"] != 15010 || ports["grpc-peer"] != 15011 || ports["grpc-ca"] != 15012 || ports["http-monitoring"] != 15014 {
+		t.Errorf("service ports %v", ports)
+	}
+	var gossip corev1.Service
+	r.get(t, "Service", ns, "meshfed-hub-gossip", &gossip)
+	if gossip.Spec.ClusterIP != corev1.ClusterIPNone || !gossip.Spec.PublishNotReadyAddresses || len(gossip.Spec.Ports) != 2 {
+		t.Errorf("gossip service %+v", gossip.Spec)
+	}
+	var pdb policyv1.PodDisruptionBudget
+	r.get(t, "PodDisruptionBudget", ns, "meshfed-hub", &pdb)
+	if pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("pdb %+v", pdb.Spec)
+	}
+
+	// Overrides: a gossip key, peer certificates, more replicas, no CA.
+	r = mustRender(t, hubChartDir, ns, map[string]any{
+		"replicaCount": 5, "watchReplicas": 2, "remoteSecretNamespace": "istio-system",
+		"gossip": map[string]any{"keySecret": map[string]any{"name": "hub-gossip", "key": "k"}},
+		"peer":   map[string]any{"tlsSecret": "hub-peer"},
+		"ca":     map[string]any{"enabled": false},
+	})
+	r.get(t, "Deployment", ns, "meshfed-hub", &dep)
+	args = dep.Spec.Template.Spec.Containers[0].Args
+	for _, a := range []string{"--namespace=istio-system", "--watch-replicas=2", "--gossip-key-file=/etc/meshfed/gossip/k",
+		"--peer-tls-cert=/etc/meshfed/peer/tls.crt", "--peer-tls-ca=/etc/meshfed/peer/ca.crt", "--ca-addr="} {
+		if !slices.Contains(args, a) {
+			t.Errorf("hub args lack %s: %v", a, args)
+		}
+	}
+	vols := map[string]string{}
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		vols[v.Name] = v.Secret.SecretName
+	}
+	if vols["gossip-key"] != "hub-gossip" || vols["peer-tls"] != "hub-peer" {
+		t.Errorf("volumes %v", vols)
+	}
+	// The Role follows the secrets to their namespace.
+	r.get(t, "Role", "istio-system", "meshfed-hub", &role)
+}
+
+func TestChartSchemaRejectsBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		dir    string
+		values map[string]any
+		want   string
+	}{
+		{spokeChartDir, map[string]any{"replicaCount": "three"}, "replicaCount"},
+		{hubChartDir, map[string]any{"replicaCount": "three"}, "replicaCount"},
+		{spokeChartDir, map[string]any{"replicas": 2}, "replicas"},
+		{spokeChartDir, map[string]any{"webhook": map[string]any{"injection": map[string]any{"failurePolicy": "Sometimes"}}}, "failurePolicy"},
+		{spokeChartDir, map[string]any{"hub": map[string]any{"discoveryAddress": "no-port"}}, "discoveryAddress"},
+		{spokeChartDir, map[string]any{"clusterID": ""}, "clusterID"},
+		{spokeChartDir, map[string]any{"webhook": map[string]any{"url": "http://plain"}}, "url"},
+		{hubChartDir, map[string]any{"ports": map[string]any{"xds": 70000}}, "xds"},
+		{hubChartDir, map[string]any{"clusterSyncTimeout": "soon"}, "clusterSyncTimeout"},
+		{hubChartDir, map[string]any{"extraArgs": []any{"rm -rf"}}, "extraArgs"},
+	} {
+		_, err := renderChart(tc.dir, "istio-system", tc.values)
+		if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v: error %v, want a schema error about %s", filepath.Base(tc.dir), tc.values, err, tc.want)
+		}
+	}
+}
+
+// TestChartsApply installs the rendered charts into a real kube-apiserver
+// with server-side apply, as `helm install` would send them, and reads them
+// back. Webhook configurations point at a Service with no Pods behind it;
+// the apiserver accepts them (it calls them only for matching requests).
+func TestChartsApply(t *testing.T) {
+	f := framework.NewTestFleet(t, framework.FleetOptions{})
+	c, err := client.New(f.Config().RESTConfig(), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for _, tc := range []struct {
+		dir, ns string
+		values  map[string]any
+	}{
+		{spokeChartDir, "meshfed-spoke", map[string]any{"namespace": map[string]any{"create": true}}},
+		{hubChartDir, "meshfed-hub", nil},
+	} {
+		r := mustRender(t, tc.dir, tc.ns, tc.values)
+		if !r.has("Namespace", "", tc.ns) {
+			if err := f.Config().EnsureNamespace(ctx, tc.ns); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Namespaces first, as Helm orders them.
+		objs := slices.Clone(r.objects)
+		slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+			return boolRank(a.GetKind() != "Namespace") - boolRank(b.GetKind() != "Namespace")
+		})
+		for _, u := range objs {
+			if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u.DeepCopy()),
+				client.FieldOwner("meshfed-e2e"), client.ForceOwnership); err != nil {
+				t.Errorf("applying %s %s/%s: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+				continue
+			}
+			back := &unstructured.Unstructured{}
+			back.SetGroupVersionKind(u.GroupVersionKind())
+			if err := c.Get(ctx, client.ObjectKeyFromObject(u), back); err != nil {
+				t.Errorf("reading back %s %s: %v", u.GetKind(), u.GetName(), err)
+			}
+		}
+		t.Logf("%s: %d objects applied", filepath.Base(tc.dir), len(objs))
+	}
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// yamlUnmarshal decodes YAML (or JSON) into out.
+func yamlUnmarshal(s string, out any) error {
+	return utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(s)), 4096).Decode(out)
+}

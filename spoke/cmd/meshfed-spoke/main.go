@@ -1,0 +1,57 @@
+// Command meshfed-spoke runs in each workload cluster: it serves the
+// sidecar-injection and Istio-configuration validation webhooks.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/meshfed/meshfed/spoke"
+)
+
+func main() {
+	opts := spoke.DefaultOptions()
+	fs := flag.NewFlagSet("meshfed-spoke", flag.ExitOnError)
+	fs.StringVar(&opts.ListenAddr, "listen-addr", opts.ListenAddr, "HTTPS address of /inject, /validate, /healthz, /readyz and /metrics")
+	fs.StringVar(&opts.CertFile, "tls-cert-file", "", "PEM serving certificate (re-read when it changes); a self-signed development certificate is made when empty")
+	fs.StringVar(&opts.KeyFile, "tls-key-file", "", "PEM key of --tls-cert-file")
+	devHosts := fs.String("dev-cert-hosts", strings.Join(opts.DevCertHosts, ","), "comma-separated DNS names and IPs of the development certificate")
+	fs.StringVar(&opts.DevCAFile, "dev-ca-file", "", "where to write the development certificate's CA (the webhooks' caBundle)")
+	cm := fs.String("inject-configmap", opts.InjectConfigMap.String(), "namespace/name of the injection ConfigMap (templates and values)")
+	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig of the workload cluster; in-cluster config when empty")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+
+	ref, err := spoke.ParseConfigMapRef(*cm)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "meshfed-spoke: --inject-configmap:", err)
+		os.Exit(2)
+	}
+	opts.InjectConfigMap = ref
+	opts.DevCertHosts = nil
+	for _, h := range strings.Split(*devHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			opts.DevCertHosts = append(opts.DevCertHosts, h)
+		}
+	}
+	opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
+	// client-go logs through klog's process-wide logger; main is the one
+	// place allowed to set it.
+	klog.SetLogger(opts.Log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := spoke.Run(ctx, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "meshfed-spoke:", err)
+		os.Exit(1)
+	}
+}
