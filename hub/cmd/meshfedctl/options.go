@@ -13,6 +13,7 @@ const (
 	cmdProxyStatus    = "proxy-status"
 	cmdRemoteClusters = "remote-clusters"
 	cmdTrustBundle    = "trust-bundle"
+	cmdRemoteSecret   = "create-remote-secret"
 )
 
 // Output formats.
@@ -36,6 +37,8 @@ type Options struct {
 	Proxy string
 	// Timeout bounds each call to the hub.
 	Timeout time.Duration
+	// RemoteSecret holds the flags of create-remote-secret.
+	RemoteSecret remoteSecretOptions
 }
 
 // DefaultOptions returns the defaults: the hub's ports are istiod's.
@@ -46,7 +49,8 @@ func DefaultOptions() Options {
 		Output:     outputTable,
 		// Long enough for the CSDS answer of a large fleet, short enough
 		// that a dead hub does not hang an on-call shell.
-		Timeout: 30 * time.Second,
+		Timeout:      30 * time.Second,
+		RemoteSecret: defaultRemoteSecretOptions(),
 	}
 }
 
@@ -54,6 +58,9 @@ const usage = `usage:
   meshfedctl proxy-status [--hub ADDR] [-o table|json] [PROXY]
   meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
   meshfedctl trust-bundle [--monitoring ADDR] [-o table|json|pem]
+  meshfedctl create-remote-secret --name CLUSTER_ID [--kubeconfig PATH] [--context CTX]
+      [--service-account meshfed-reader] [--sa-namespace istio-system] [--token-ttl 720h]
+      [--secret-namespace istio-system] [--apply-to CONFIG_KUBECONFIG [--rotate]]
 `
 
 // parseArgs parses args (without the program name). Flags may come before
@@ -80,6 +87,17 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		fs.StringVar(&opts.Hub, "hub", opts.Hub, "address of a hub's xDS port (CSDS, plaintext)")
 	case cmdRemoteClusters, cmdTrustBundle:
 		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
+	case cmdRemoteSecret:
+		rs := &opts.RemoteSecret
+		fs.StringVar(&rs.Name, "name", "", "cluster ID of the workload cluster (the secret's data key)")
+		fs.StringVar(&rs.Kubeconfig, "kubeconfig", "", "kubeconfig of the workload cluster (default: the usual loading rules)")
+		fs.StringVar(&rs.Context, "context", "", "kubeconfig context (default: current)")
+		fs.StringVar(&rs.ServiceAccount, "service-account", rs.ServiceAccount, "the hub's reader service account in the workload cluster")
+		fs.StringVar(&rs.SANamespace, "sa-namespace", rs.SANamespace, "namespace of the reader service account")
+		fs.DurationVar(&rs.TokenTTL, "token-ttl", rs.TokenTTL, "lifetime of the reader token")
+		fs.StringVar(&rs.SecretNamespace, "secret-namespace", rs.SecretNamespace, "namespace of remote secrets in the config cluster")
+		fs.StringVar(&rs.ApplyTo, "apply-to", "", "kubeconfig of the config cluster: write the secret there instead of printing it")
+		fs.BoolVar(&rs.Rotate, "rotate", false, "replace the token of the existing secret (with --apply-to)")
 	case "help", "-h", "--help":
 		fmt.Fprint(stderr, usage)
 		return opts, flag.ErrHelp
@@ -106,6 +124,8 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		opts.Proxy = positional[0]
 	case len(positional) > 0:
 		return opts, fmt.Errorf("%s: unexpected arguments %q", opts.Command, positional)
+	case opts.Command == cmdRemoteSecret && opts.RemoteSecret.Name == "":
+		return opts, errors.New("create-remote-secret: --name is required")
 	}
 	return opts, nil
 }

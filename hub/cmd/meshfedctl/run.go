@@ -31,6 +31,8 @@ func run(ctx context.Context, opts Options, stdout io.Writer) error {
 		return remoteClusters(ctx, opts, stdout)
 	case cmdTrustBundle:
 		return trustBundle(ctx, opts, stdout)
+	case cmdRemoteSecret:
+		return createRemoteSecret(ctx, opts.RemoteSecret, stdout)
 	}
 	return fmt.Errorf("unknown command %q", opts.Command)
 }
