@@ -40,6 +40,10 @@ type Options struct {
 	Namespace string
 	// XDSAddr is the plaintext ADS listen address.
 	XDSAddr string
+	// XDSMTLS makes the xDS resources ask for mTLS between workloads:
+	// clusters with an UpstreamTlsContext, inbound listeners requiring
+	// client certificates (certificate provider instance "default").
+	XDSMTLS bool
 	// MonitoringAddr serves /metrics, /healthz, /readyz and /debug/.
 	MonitoringAddr string
 	// ReplicaID names this hub replica.
@@ -183,6 +187,7 @@ func Run(ctx context.Context, opts Options) error {
 	xdsServer := xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
 		Replica: opts.ReplicaID, Clock: opts.Clock,
+		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
 	})
 	proxies := newProxyStatus(opts.ReplicaID, xdsServer.Status())
 	xdsServer.SetStatusSource(proxies)

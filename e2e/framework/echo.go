@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -68,10 +69,26 @@ func CallEcho(ctx context.Context, cc grpc.ClientConnInterface, opts ...grpc.Cal
 type EchoServer struct {
 	identity string
 	addr     netip.AddrPort
-	srv      *grpc.Server
+	srv      grpcServer
 	served   atomic.Int64
 	done     chan struct{}
 	stopOnce sync.Once
+
+	// serving is closed when an xDS server first serves; nil for a plain
+	// server, which serves at once.
+	serving chan struct{}
+	modeMu  sync.Mutex
+	modeErr error  // last serving-mode error of an xDS server
+	peerID  string // client SPIFFE ID of the last call
+}
+
+// grpcServer is what EchoServer needs of *grpc.Server and of grpc-go's
+// xDS-enabled *xds.GRPCServer.
+type grpcServer interface {
+	RegisterService(*grpc.ServiceDesc, any)
+	Serve(net.Listener) error
+	Stop()
+	GracefulStop()
 }
 
 // StartEchoServer listens on addr (host:port; port 0 picks one) and serves
@@ -86,8 +103,9 @@ func StartEchoServer(addr, identity string) (*EchoServer, error) {
 		_ = l.Close()
 		return nil, fmt.Errorf("framework: echo server address: %w", err)
 	}
-	s := &EchoServer{identity: identity, addr: ap, srv: grpc.NewServer(), done: make(chan struct{})}
-	s.srv.RegisterService(newEchoServiceDesc(), s)
+	gs := grpc.NewServer()
+	s := &EchoServer{identity: identity, addr: ap, srv: gs, done: make(chan struct{})}
+	gs.RegisterService(newEchoServiceDesc(), s)
 	go func() {
 		defer close(s.done)
 		_ = s.srv.Serve(l)
@@ -95,8 +113,15 @@ func StartEchoServer(addr, identity string) (*EchoServer, error) {
 	return s, nil
 }
 
-func (s *EchoServer) echo(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+func (s *EchoServer) echo(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 	s.served.Add(1)
+	id := ""
+	if p, ok := peer.FromContext(ctx); ok {
+		id = peerIDOf(p.AuthInfo)
+	}
+	s.modeMu.Lock()
+	s.peerID = id
+	s.modeMu.Unlock()
 	return wrapperspb.String(s.identity), nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -41,6 +42,21 @@ type WorkloadOptions struct {
 	ServiceAccount string
 	// Replicas is the initial number of replicas; zero is allowed.
 	Replicas int
+	// XDS, when set, makes every replica an xDS-enabled gRPC server
+	// (StartXDSEchoServer) that takes its inbound listener, and with it its
+	// security, from the hub. Default: plain gRPC echo servers.
+	XDS *XDSWorkloadOptions
+}
+
+// XDSWorkloadOptions make a workload's replicas xDS-enabled gRPC servers.
+type XDSWorkloadOptions struct {
+	// HubAddr is the hub's xDS address. Required.
+	HubAddr string
+	// Certs, when set, gives every replica its own certificate agent
+	// (StartCertAgent, for the workload's service account), whose files
+	// the replica's bootstrap names as certificate provider "default", so
+	// the replica can serve mTLS. Without it the replicas serve plaintext.
+	Certs *CertOptions
 }
 
 func (o *WorkloadOptions) defaults() error {
@@ -65,6 +81,9 @@ func (o *WorkloadOptions) defaults() error {
 	if o.ServiceAccount == "" {
 		o.ServiceAccount = o.Service
 	}
+	if o.XDS != nil && o.XDS.HubAddr == "" {
+		return errors.New("framework: WorkloadOptions.XDS.HubAddr is empty")
+	}
 	return nil
 }
 
@@ -87,6 +106,7 @@ type replica struct {
 	podIP  netip.Addr
 	uid    types.UID
 	server *EchoServer
+	agent  *CertAgent // with XDS.Certs only
 }
 
 // Workload is a deployed service in one remote cluster. Its methods are
@@ -135,7 +155,7 @@ func (r *RemoteCluster) DeployWorkload(ctx context.Context, opts WorkloadOptions
 	}
 
 	// Start the servers first: the target port is chosen by the first one.
-	added, err := w.startReplicas(opts.Replicas)
+	added, err := w.startReplicas(ctx, opts.Replicas)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +225,7 @@ const maxBindAttempts = 8
 // of the workload picks the target port; the others reuse it. An address or
 // port already taken (another test process uses the same loopback
 // addresses) is skipped.
-func (w *Workload) startReplicas(n int) ([]*replica, error) {
+func (w *Workload) startReplicas(ctx context.Context, n int) ([]*replica, error) {
 	var out []*replica
 	fail := func(err error) ([]*replica, error) {
 		w.stopReplicas(out)
@@ -219,15 +239,26 @@ func (w *Workload) startReplicas(n int) ([]*replica, error) {
 			podIP   netip.Addr
 			lastErr error
 			skipped []netip.Addr
+			agent   *CertAgent
 		)
+		if x := w.opts.XDS; x != nil && x.Certs != nil {
+			dir, err := os.MkdirTemp("", "meshfed-certs-")
+			if err != nil {
+				return fail(w.errorf("replica %s: %w", pod, err))
+			}
+			agent, err = w.cluster.StartCertAgent(ctx, w.opts.Namespace, w.opts.ServiceAccount, dir, *x.Certs)
+			if err != nil {
+				_ = os.RemoveAll(dir)
+				return fail(w.errorf("replica %s: %w", pod, err))
+			}
+		}
 		for range maxBindAttempts {
 			ip, err := w.cluster.ips.get()
 			if err != nil {
 				lastErr = err
 				break
 			}
-			local, _ := LocalAddr(ip)
-			srv, err = StartEchoServer(netip.AddrPortFrom(local, w.targetPort).String(), identity)
+			srv, err = w.startServer(ip, pod, identity, agent)
 			if err == nil {
 				podIP = ip
 				break
@@ -243,13 +274,17 @@ func (w *Workload) startReplicas(n int) ([]*replica, error) {
 			w.cluster.ips.put(ip)
 		}
 		if srv == nil {
+			if agent != nil {
+				agent.Stop()
+				_ = os.RemoveAll(agent.Dir())
+			}
 			return fail(w.errorf("starting replica %s: %w", pod, lastErr))
 		}
 		if w.targetPort == 0 {
 			w.targetPort = srv.Addr().Port()
 		}
 		w.nextPod++
-		out = append(out, &replica{pod: pod, podIP: podIP, server: srv})
+		out = append(out, &replica{pod: pod, podIP: podIP, server: srv, agent: agent})
 	}
 	if w.targetPort == 0 { // zero replicas: still reserve a port number
 		addrs, err := freeAddrs(1)
@@ -265,15 +300,67 @@ func (w *Workload) startReplicas(n int) ([]*replica, error) {
 	return out, nil
 }
 
+// startServer starts the server of a replica with Pod IP ip on the
+// workload's target port (0: pick one): a plain echo server, or with
+// WorkloadOptions.XDS an xDS-enabled one.
+func (w *Workload) startServer(ip netip.Addr, pod, identity string, agent *CertAgent) (*EchoServer, error) {
+	x := w.opts.XDS
+	if x == nil {
+		local, _ := LocalAddr(ip)
+		return StartEchoServer(netip.AddrPortFrom(local, w.targetPort).String(), identity)
+	}
+	opts := XDSServerOptions{
+		HubAddr: x.HubAddr, Cluster: w.cluster.ID, Namespace: w.opts.Namespace, Pod: pod,
+		PodIP: ip, Port: w.targetPort, Identity: identity,
+	}
+	if agent != nil {
+		opts.CertDir = agent.Dir()
+	}
+	return StartXDSEchoServer(opts)
+}
+
 func (w *Workload) stopReplicas(rs []*replica) {
 	var wg sync.WaitGroup
 	for _, rep := range rs {
 		wg.Go(func() {
 			rep.server.Stop()
+			if rep.agent != nil {
+				rep.agent.Stop()
+				_ = os.RemoveAll(rep.agent.Dir())
+			}
 			w.cluster.ips.put(rep.podIP)
 		})
 	}
 	wg.Wait()
+}
+
+// WaitServing waits until every running replica serves; xDS-enabled
+// replicas serve once the hub sent their inbound listener.
+func (w *Workload) WaitServing(ctx context.Context) error {
+	w.mu.Lock()
+	rs := slices.Clone(w.replicas)
+	w.mu.Unlock()
+	for _, rep := range rs {
+		if err := rep.server.WaitServing(ctx); err != nil {
+			return w.errorf("%w", err)
+		}
+	}
+	return nil
+}
+
+// PeerIDs maps the identity of every running replica to the client SPIFFE
+// ID of the last call it answered (empty: none, or no client certificate).
+func (w *Workload) PeerIDs() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]string{}
+	if w.stopped {
+		return out
+	}
+	for _, rep := range w.replicas {
+		out[rep.server.Identity()] = rep.server.PeerID()
+	}
+	return out
 }
 
 // createPods creates a Pod per replica and sets its status (Running,
@@ -374,7 +461,7 @@ func (w *Workload) Scale(ctx context.Context, n int) error {
 	}
 	switch cur := len(w.replicas); {
 	case n > cur:
-		added, err := w.startReplicas(n - cur)
+		added, err := w.startReplicas(ctx, n-cur)
 		if err != nil {
 			return err
 		}

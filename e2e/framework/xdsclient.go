@@ -10,7 +10,9 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	xdscreds "google.golang.org/grpc/credentials/xds"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/xds" // also registers the xDS balancers
 
@@ -38,6 +40,12 @@ type ClientOptions struct {
 	Labels map[string]string
 	// DialOptions are added to every Dial (after the framework's own).
 	DialOptions []grpc.DialOption
+	// CertDir, when set, holds the client's certificate files
+	// (CertAgent.Dir): the bootstrap then declares the certificate provider
+	// CertProviderInstance reading them, and Dial uses xDS transport
+	// credentials, so the client speaks mTLS where the hub's clusters say
+	// so and plaintext elsewhere.
+	CertDir string
 }
 
 // XDSClient is a proxyless gRPC xDS client with its own bootstrap: its own
@@ -66,8 +74,10 @@ type XDSClient struct {
 
 // bootstrap is the part of grpc-go's bootstrap JSON the framework writes.
 type bootstrapJSON struct {
-	XDSServers []bootstrapServer `json:"xds_servers"`
-	Node       bootstrapNode     `json:"node"`
+	XDSServers                         []bootstrapServer                `json:"xds_servers"`
+	Node                               bootstrapNode                    `json:"node"`
+	CertificateProviders               map[string]bootstrapCertProvider `json:"certificate_providers,omitempty"`
+	ServerListenerResourceNameTemplate string                           `json:"server_listener_resource_name_template,omitempty"`
 }
 
 type bootstrapServer struct {
@@ -125,7 +135,12 @@ func NewXDSClient(_ context.Context, opts ClientOptions) (*XDSClient, error) {
 		meta["LABELS"] = opts.Labels
 	}
 	nodeID := NodeID(opts.IP, opts.Name, opts.Namespace)
+	var providers map[string]bootstrapCertProvider
+	if opts.CertDir != "" {
+		providers = certProviders(opts.CertDir)
+	}
 	bs, err := json.Marshal(bootstrapJSON{
+		CertificateProviders: providers,
 		XDSServers: []bootstrapServer{{
 			ServerURI:      opts.HubAddr,
 			ChannelCreds:   []bootstrapCreder{{Type: "insecure"}},
@@ -162,7 +177,8 @@ func (c *XDSClient) Options() ClientOptions { return c.opts }
 // "xds:///echo.demo.svc.cluster.local:8080", resolved through the hub. The
 // channel connects lazily; data-plane connections are plaintext and go
 // through DialPod, so the Pod IPs the hub hands out reach the replicas'
-// loopback listeners. (The channel to the hub itself is made by grpc-go's
+// loopback listeners. With ClientOptions.CertDir they use mTLS where the
+// hub's clusters ask for it. (The channel to the hub itself is made by grpc-go's
 // xDS client and does not use this dialer.)
 func (c *XDSClient) Dial(target string) (*XDSConn, error) {
 	c.mu.Lock()
@@ -170,9 +186,17 @@ func (c *XDSClient) Dial(target string) (*XDSConn, error) {
 	if c.closed {
 		return nil, errors.New("framework: xDS client is closed")
 	}
+	var creds credentials.TransportCredentials = insecure.NewCredentials()
+	if c.opts.CertDir != "" {
+		xc, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: creds})
+		if err != nil {
+			return nil, fmt.Errorf("framework: xDS credentials: %w", err)
+		}
+		creds = xc
+	}
 	opts := append([]grpc.DialOption{
 		grpc.WithResolvers(c.builder),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(DialPod),
 	}, c.opts.DialOptions...)
 	cc, err := grpc.NewClient(target, opts...)

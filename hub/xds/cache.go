@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -22,6 +23,12 @@ type groupCache struct {
 	// newGroup builds the load assignments of a group that has none yet. It
 	// is called with mu held, so a push cannot interleave with it.
 	newGroup func(xdsgen.ProxyGroup) map[string]types.Resource
+
+	// inbound builds the server-side listener of an inbound listener name
+	// (xdsgen.InboundListenerName), or returns nil for any other name. Such
+	// listeners depend only on their name, so they are built on the first
+	// watch that names them and then kept in the LDS cache.
+	inbound func(name string) types.Resource
 
 	mu  sync.Mutex // guards eds
 	eds map[xdsgen.ProxyGroup]*cachev3.LinearCache
@@ -72,11 +79,37 @@ func (c *groupCache) groupsLocked(fn func(xdsgen.ProxyGroup, *cachev3.LinearCach
 	}
 }
 
+// addInbound puts the subscribed inbound listeners that lc lacks into lc,
+// before a watch for them is created, so the watch is answered at once.
+func (c *groupCache) addInbound(typeURL string, lc *cachev3.LinearCache, sub cachev3.Subscription) {
+	if typeURL != resourcev3.ListenerType || c.inbound == nil || sub == nil {
+		return
+	}
+	var current map[string]types.Resource
+	for n := range sub.SubscribedResources() {
+		if !strings.HasPrefix(n, xdsgen.InboundListenerPrefix) {
+			continue
+		}
+		if current == nil {
+			current = lc.GetResources()
+		}
+		if _, ok := current[n]; ok {
+			continue
+		}
+		if r := c.inbound(n); r != nil {
+			// UpdateResource only fails for a nil resource.
+			_ = lc.UpdateResource(n, r)
+			current[n] = r
+		}
+	}
+}
+
 func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, out chan cachev3.Response) (func(), error) {
 	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
 		return nil, err
 	}
+	c.addInbound(req.GetTypeUrl(), lc, sub)
 	return lc.CreateWatch(req, sub, out)
 }
 
@@ -85,6 +118,7 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	if err != nil {
 		return nil, err
 	}
+	c.addInbound(req.GetTypeUrl(), lc, sub)
 	return lc.CreateDeltaWatch(req, sub, out)
 }
 

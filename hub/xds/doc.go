@@ -13,4 +13,11 @@
 //
 // The pusher drains the store's changed hostnames and rebuilds only their
 // resources (pkg/xdsgen memoizes per hostname and group).
+//
+// Inbound (server-side) listeners, which grpc-go's xDS-enabled servers ask
+// for by the name xdsgen.InboundListenerName(IP:port), depend only on that
+// name. The groupCache builds one when a watch first names it and puts it in
+// the listener LinearCache before the watch is created; it stays there
+// (one small resource per server address ever seen). With Options.Security
+// (the hub's --xds-mtls) clusters and inbound listeners carry mTLS.
 package xds

@@ -45,6 +45,21 @@ type Options struct {
 	Replica string
 	// Clock times proxy status; nil means the real clock.
 	Clock clock.PassiveClock
+	// Security turns on mTLS in the generated resources: clusters carry an
+	// UpstreamTlsContext and inbound (server-side) listeners a
+	// DownstreamTlsContext that requires client certificates. Every proxy
+	// then needs the certificate provider instance "default" in its
+	// bootstrap (grpc-go rejects the clusters otherwise), so it is off
+	// unless asked for (the hub's --xds-mtls flag).
+	Security bool
+	// TrustDomain of the SPIFFE IDs that clusters accept; empty means
+	// cluster.local.
+	TrustDomain string
+}
+
+// genOptions are the xdsgen options of these server options.
+func (o Options) genOptions() xdsgen.Options {
+	return xdsgen.Options{Security: o.Security, TrustDomain: o.TrustDomain}
 }
 
 // Server is the hub's xDS server.
@@ -78,6 +93,14 @@ func New(opts Options) *Server {
 	s.status = NewStatusTracker(opts.Replica, opts.Clock, opts.Metrics)
 	s.csds = newCSDS(s.status)
 	s.cache = newGroupCache(s.buildGroup)
+	genOpts := opts.genOptions()
+	s.cache.inbound = func(name string) types.Resource {
+		addr, err := xdsgen.ParseInboundListenerName(name)
+		if err != nil {
+			return nil
+		}
+		return xdsgen.InboundListener(addr, genOpts)
+	}
 	return s
 }
 
@@ -218,6 +241,13 @@ func (s *Server) push(hs []model.Hostname) {
 				}
 			}
 			s.names[h] = names
+		}
+		if s.opts.Security {
+			// Secure clusters also depend on the endpoints' service
+			// accounts; apply skips them when they did not change.
+			for _, r := range xdsgen.ServiceClusters(ms, s.opts.genOptions()) {
+				shared[resourcev3.ClusterType].put(r.GetName(), r)
+			}
 		}
 		for g, u := range eds {
 			clas, rebuilt := s.gen.LoadAssignments(ms, g)

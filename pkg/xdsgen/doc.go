@@ -49,4 +49,29 @@
 // The name functions (ClusterName, ListenerName, RouteName) and their parsers
 // (ParseClusterName, ParseListenerName) let the hub map a resource name that a
 // client subscribes to back to a hostname and port.
+//
+// # Security (mTLS)
+//
+// Security is optional per generation (Options.Security, off by default,
+// because grpc-go rejects a cluster that names a certificate provider its
+// bootstrap lacks). With it, ServiceClusters adds to each cluster a
+// transport socket envoy.transport_sockets.tls with an UpstreamTlsContext:
+// identity from tls_certificate_provider_instance {"default", "default"},
+// roots from ca_certificate_provider_instance {"default"}, and SAN matchers
+// for the SPIFFE IDs spiffe://<trust domain>/ns/<ns>/sa/<sa> of the service
+// accounts of the service's endpoints (ServiceSANs). grpc-go v1.85 reads
+// SAN matchers only from the deprecated match_subject_alt_names; Envoy
+// prefers match_typed_subject_alt_names; both carry the same URIs. When no
+// endpoint has a known service account there is no SAN matcher, and any
+// certificate chaining to the roots is accepted. Secure clusters depend on
+// the endpoints, so Cache does not memoize them.
+//
+// Servers built with grpc-go's xds.NewGRPCServer ask for the listener
+// InboundListenerName(IP:port) (Istio's template
+// "xds.istio.io/grpc/lds/inbound/%s"). InboundListener builds it from the
+// address alone: one filter chain whose HttpConnectionManager has an inline
+// route configuration (virtual host "*", prefix "/", non_forwarding_action)
+// and the router filter, plus, with Security, a DownstreamTlsContext that
+// requires client certificates (no SAN matchers: grpc-go rejects them on
+// the server side).
 package xdsgen

@@ -25,6 +25,7 @@ func main() {
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig of the config cluster; in-cluster config when empty")
 	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the remote secrets")
 	fs.StringVar(&opts.XDSAddr, "xds-addr", opts.XDSAddr, "plaintext ADS listen address")
+	fs.BoolVar(&opts.XDSMTLS, "xds-mtls", opts.XDSMTLS, "send mTLS in xDS (clusters, inbound listeners); proxies need certificate provider \"default\" in their bootstrap")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of /metrics, /healthz, /readyz and /debug/")
 	fs.StringVar(&opts.ReplicaID, "replica-id", hostname(), "name of this hub replica")
 	fs.DurationVar(&opts.ClusterSyncTimeout, "cluster-sync-timeout", opts.ClusterSyncTimeout, "how long readiness waits for remote clusters to sync")

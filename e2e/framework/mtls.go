@@ -1,0 +1,316 @@
+package framework
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	xdscreds "google.golang.org/grpc/credentials/xds"
+	"google.golang.org/grpc/xds"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshfed/meshfed/pkg/agent"
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// InboundListenerTemplate is the server_listener_resource_name_template of
+// the framework's xDS servers, Istio's: %s is the listening "IP:port", which
+// for a fleet pod is its Pod IP (see ListenPod).
+const InboundListenerTemplate = "xds.istio.io/grpc/lds/inbound/%s"
+
+// CertProviderInstance is the certificate provider instance that the
+// framework's bootstraps declare and the hub's secure resources name.
+const CertProviderInstance = "default"
+
+// CertAudience is the token audience of the hub's CA.
+const CertAudience = "istio-ca"
+
+// ListenPod listens where the fleet pod with IP podIP listens (LocalAddr of
+// podIP, port port; 0 picks one) and returns a listener whose Addr reports
+// the Pod IP instead of the loopback address. This completes the fleet's
+// pod network for servers: an xDS-enabled gRPC server names its inbound
+// listener after Addr, and so asks the hub for the Pod IP that the
+// EndpointSlice names, while DialPod sends clients to the loopback address.
+func ListenPod(podIP netip.Addr, port uint16) (net.Listener, error) {
+	local, ok := LocalAddr(podIP)
+	if !ok {
+		return nil, fmt.Errorf("framework: %s is no fleet pod IP", podIP)
+	}
+	l, err := net.Listen("tcp", netip.AddrPortFrom(local, port).String())
+	if err != nil {
+		return nil, err
+	}
+	ap, err := netip.ParseAddrPort(l.Addr().String())
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return &podListener{Listener: l, addr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(podIP, ap.Port()))}, nil
+}
+
+type podListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l *podListener) Addr() net.Addr { return l.addr }
+
+// CertOptions say where a workload gets its certificate: the hub's CA.
+type CertOptions struct {
+	// CAAddr is the hub's CA address (Hub.CAAddr). Required.
+	CAAddr string
+	// CARoots verify the CA's serving certificate (the trust bundle,
+	// Hub.Trustz). Required.
+	CARoots *x509.CertPool
+	// ServerName is checked in the CA's certificate. Default "localhost".
+	ServerName string
+	// TTL of the certificates; default one hour.
+	TTL time.Duration
+}
+
+// CertAgent is a running pkg/agent for one workload identity: it keeps
+// cert-chain.pem, key.pem and root-cert.pem in Dir, where grpc-go's
+// file_watcher certificate provider reads them.
+type CertAgent struct {
+	agent  *agent.Agent
+	dir    string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// StartCertAgent starts an agent for service account ns/sa of cluster r,
+// authenticating with real TokenRequest tokens (audience CertAudience) of
+// r's apiserver, writing into dir, and waits for the first certificate (at
+// most until ctx ends). The service account must exist.
+func (r *RemoteCluster) StartCertAgent(ctx context.Context, ns, sa, dir string, opts CertOptions) (*CertAgent, error) {
+	if opts.CAAddr == "" || opts.CARoots == nil {
+		return nil, errors.New("framework: CertOptions needs CAAddr and CARoots")
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "localhost"
+	}
+	if opts.TTL == 0 {
+		opts.TTL = time.Hour
+	}
+	cs, err := kubernetes.NewForConfig(r.RESTConfig())
+	if err != nil {
+		return nil, err
+	}
+	token := func(ctx context.Context) (string, error) {
+		ttl := int64(3600)
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{CertAudience}, ExpirationSeconds: &ttl},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return "", err
+		}
+		return tr.Status.Token, nil
+	}
+	a, err := agent.New(agent.Options{
+		CAAddr: opts.CAAddr, CARoots: opts.CARoots, ServerName: opts.ServerName,
+		ClusterID: string(r.ID), TokenFunc: token, Dir: dir, TTL: opts.TTL, Log: logr.Discard(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithCancel(context.Background())
+	ca := &CertAgent{agent: a, dir: dir, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(ca.done)
+		_ = a.Run(actx)
+	}()
+	select {
+	case <-a.Ready():
+		return ca, nil
+	case <-ctx.Done():
+		ca.Stop()
+		return nil, fmt.Errorf("framework: no certificate for %s/%s in %s: %w", ns, sa, r.ID, ctx.Err())
+	}
+}
+
+// Dir is where the agent writes the certificate files.
+func (a *CertAgent) Dir() string { return a.dir }
+
+// Agent returns the running agent.
+func (a *CertAgent) Agent() *agent.Agent { return a.agent }
+
+// Stop stops the agent and waits for it; the files stay. Idempotent.
+func (a *CertAgent) Stop() {
+	a.cancel()
+	<-a.done
+}
+
+// certProviders is the "certificate_providers" bootstrap section that reads
+// the agent's files in dir.
+func certProviders(dir string) map[string]bootstrapCertProvider {
+	return map[string]bootstrapCertProvider{CertProviderInstance: {
+		PluginName: "file_watcher",
+		Config: fileWatcherConfig{
+			CertificateFile:   filepath.Join(dir, agent.CertChainFile),
+			PrivateKeyFile:    filepath.Join(dir, agent.KeyFile),
+			CACertificateFile: filepath.Join(dir, agent.RootCertFile),
+			RefreshInterval:   "1s",
+		},
+	}}
+}
+
+type bootstrapCertProvider struct {
+	PluginName string            `json:"plugin_name"`
+	Config     fileWatcherConfig `json:"config"`
+}
+
+type fileWatcherConfig struct {
+	CertificateFile   string `json:"certificate_file"`
+	PrivateKeyFile    string `json:"private_key_file"`
+	CACertificateFile string `json:"ca_certificate_file"`
+	RefreshInterval   string `json:"refresh_interval"`
+}
+
+// XDSServerOptions describe one xDS-enabled echo server: a replica whose
+// gRPC server takes its listener (and its security) from the hub.
+type XDSServerOptions struct {
+	// HubAddr is the hub's xDS address. Required.
+	HubAddr string
+	// Cluster, Namespace and Pod describe the replica (node ID, metadata).
+	Cluster   model.ClusterID
+	Namespace string
+	Pod       string
+	// PodIP is the replica's fleet Pod IP, 10.X.A.B; it listens on
+	// LocalAddr(PodIP):Port (see ListenPod). Required.
+	PodIP netip.Addr
+	// Port to listen on; 0 picks one.
+	Port uint16
+	// CertDir holds the replica's certificate files (CertAgent.Dir); empty
+	// leaves certificate providers out of the bootstrap, and the server
+	// can only serve plaintext.
+	CertDir string
+	// Identity is what the server answers, "<cluster>/<pod>".
+	Identity string
+}
+
+// StartXDSEchoServer starts an echo server built with xds.NewGRPCServer and
+// xDS server credentials (plaintext fallback) with its own bootstrap. The
+// server serves only once the hub sent its inbound listener; WaitServing
+// waits for that.
+func StartXDSEchoServer(opts XDSServerOptions) (*EchoServer, error) {
+	if opts.HubAddr == "" || !opts.PodIP.IsValid() {
+		return nil, errors.New("framework: XDSServerOptions needs HubAddr and PodIP")
+	}
+	l, err := ListenPod(opts.PodIP, opts.Port)
+	if err != nil {
+		return nil, fmt.Errorf("framework: xDS echo server %s: %w", opts.Identity, err)
+	}
+	ap, _ := netip.ParseAddrPort(l.(*podListener).Listener.Addr().String())
+	b := bootstrapJSON{
+		XDSServers: []bootstrapServer{{
+			ServerURI:      opts.HubAddr,
+			ChannelCreds:   []bootstrapCreder{{Type: "insecure"}},
+			ServerFeatures: []string{"xds_v3"},
+		}},
+		Node: bootstrapNode{
+			ID: NodeID(opts.PodIP.String(), opts.Pod, opts.Namespace),
+			Metadata: map[string]any{
+				"CLUSTER_ID": string(opts.Cluster),
+				"NAMESPACE":  opts.Namespace,
+			},
+		},
+		ServerListenerResourceNameTemplate: InboundListenerTemplate,
+	}
+	if opts.CertDir != "" {
+		b.CertificateProviders = certProviders(opts.CertDir)
+	}
+	bs, err := json.Marshal(b)
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	s := &EchoServer{identity: opts.Identity, addr: ap, done: make(chan struct{}), serving: make(chan struct{})}
+	var once sync.Once
+	gs, err := xds.NewGRPCServer(
+		grpc.Creds(creds),
+		xds.BootstrapContentsForTesting(bs),
+		xds.ServingModeCallback(func(_ net.Addr, args xds.ServingModeChangeArgs) {
+			s.modeMu.Lock()
+			s.modeErr = args.Err
+			s.modeMu.Unlock()
+			if args.Mode == connectivity.ServingModeServing {
+				once.Do(func() { close(s.serving) })
+			}
+		}),
+	)
+	if err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("framework: xDS server: %w", err)
+	}
+	s.srv = gs
+	gs.RegisterService(newEchoServiceDesc(), s)
+	go func() {
+		defer close(s.done)
+		_ = gs.Serve(l)
+	}()
+	return s, nil
+}
+
+// WaitServing waits until an xDS echo server has its listener from the hub
+// and serves (immediately for a plain echo server).
+func (s *EchoServer) WaitServing(ctx context.Context) error {
+	if s.serving == nil {
+		return nil
+	}
+	select {
+	case <-s.serving:
+		return nil
+	case <-ctx.Done():
+		s.modeMu.Lock()
+		last := s.modeErr
+		s.modeMu.Unlock()
+		return fmt.Errorf("framework: %s not serving (last error %v): %w", s.identity, last, ctx.Err())
+	}
+}
+
+// PeerID returns the SPIFFE ID (URI SAN) of the client certificate of the
+// last call the server answered, empty when that call had none.
+func (s *EchoServer) PeerID() string {
+	s.modeMu.Lock()
+	defer s.modeMu.Unlock()
+	return s.peerID
+}
+
+// peerIDOf returns the first URI SAN of the TLS peer certificate of a call.
+func peerIDOf(ai credentials.AuthInfo) string {
+	var info credentials.TLSInfo
+	switch v := ai.(type) {
+	case credentials.TLSInfo:
+		info = v
+	case *credentials.TLSInfo:
+		info = *v
+	default:
+		return ""
+	}
+	if info.SPIFFEID != nil {
+		return info.SPIFFEID.String()
+	}
+	if certs := info.State.PeerCertificates; len(certs) > 0 && len(certs[0].URIs) > 0 {
+		return certs[0].URIs[0].String()
+	}
+	return ""
+}
