@@ -176,7 +176,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("hub: manager: %w", err)
 	}
 	provider.SetupWithManager(mgr.GetLocalManager())
-	caServer, err := newCA(ctx, opts, cfg, provider, log, reg)
+	caServer, err := newCA(ctx, opts, cfg, provider, repl.TrustRoots, repl.TrustChanged(), log, reg)
 	if err != nil {
 		return err
 	}
@@ -202,6 +202,7 @@ func Run(ctx context.Context, opts Options) error {
 			"federationz":  func(*http.Request) any { return repl.Federationz() },
 			"proxystatusz": func(*http.Request) any { return proxystatus.JSONDocument{Proxies: proxies.All()} },
 			"trustz":       func(*http.Request) any { return trustz(repl.TrustRoots()) },
+			"spokez":       func(*http.Request) any { return spokez(caServer) },
 		},
 		Log: log.WithName("monitoring"),
 	})
@@ -215,6 +216,7 @@ func Run(ctx context.Context, opts Options) error {
 		if err := caServer.publishRoots(opts, repl.AddRoot); err != nil {
 			return err
 		}
+		g.Go(func() error { return caServer.trust.Run(ctx) })
 		g.Go(func() error { return caServer.server.Serve(ctx, opts.CAAddr) })
 	}
 	return g.Wait()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/hub/trustsvc"
 )
 
 // workloadCA is the hub's certificate authority and the roots it adds to
@@ -20,13 +22,14 @@ import (
 type workloadCA struct {
 	server *ca.Server
 	keys   *ca.Keys
+	trust  *trustsvc.Service // the trust-bundle stream of the spoke shims
 }
 
 // newCA loads (or creates once, in the config cluster) the signing keys and
 // builds the certificate service; it returns nil when opts.CAAddr is empty.
 // Tokens are reviewed against the remote cluster each caller names, through
 // the remote secrets' credentials.
-func newCA(ctx context.Context, opts Options, cfg *rest.Config, clusters ca.ClusterConfigs, log logr.Logger, reg prometheus.Registerer) (*workloadCA, error) {
+func newCA(ctx context.Context, opts Options, cfg *rest.Config, clusters ca.ClusterConfigs, roots func() []federation.Root, rootsChanged <-chan struct{}, log logr.Logger, reg prometheus.Registerer) (*workloadCA, error) {
 	if opts.CAAddr == "" {
 		return nil, nil
 	}
@@ -48,6 +51,13 @@ func newCA(ctx context.Context, opts Options, cfg *rest.Config, clusters ca.Clus
 	if err != nil {
 		return nil, fmt.Errorf("hub: CA authenticator: %w", err)
 	}
+	trust, err := trustsvc.New(trustsvc.Options{
+		Authenticator: authn, Roots: roots, Changed: rootsChanged,
+		Log: log.WithName("trustsvc"), Metrics: reg, Clock: opts.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hub: trust bundle service: %w", err)
+	}
 	names := opts.CADNSNames
 	if len(names) == 0 {
 		// istio-agent's default CA address, and the hub's own Service.
@@ -57,12 +67,13 @@ func newCA(ctx context.Context, opts Options, cfg *rest.Config, clusters ca.Clus
 		Keys: keys, Authenticator: authn, TrustDomain: opts.TrustDomain,
 		DefaultTTL: opts.WorkloadCertTTL, MaxTTL: opts.MaxWorkloadCertTTL,
 		ServingDNSNames: names, Clock: opts.Clock, Metrics: reg, Log: log.WithName("ca"),
+		Services: []func(grpc.ServiceRegistrar){trust.Register},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hub: CA: %w", err)
 	}
 	log.Info("workload CA ready", "keys", keys.Source(), "trustDomain", opts.TrustDomain)
-	return &workloadCA{server: srv, keys: keys}, nil
+	return &workloadCA{server: srv, keys: keys, trust: trust}, nil
 }
 
 // publishRoots adds the CA's roots to the federated trust bundle, so every
@@ -102,4 +113,13 @@ func trustz(roots []federation.Root) Trustz {
 		})
 	}
 	return out
+}
+
+// spokez is the JSON document of /debug/spokez: the spoke shims that
+// watched this replica's trust bundle (for meshfedctl remote-clusters).
+func spokez(w *workloadCA) []trustsvc.SpokeStatus {
+	if w == nil {
+		return []trustsvc.SpokeStatus{}
+	}
+	return w.trust.Spokes()
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/spoke/inject"
+	"github.com/meshfed/meshfed/spoke/shim"
 	"github.com/meshfed/meshfed/spoke/validate"
 	"github.com/meshfed/meshfed/spoke/webhook"
 )
@@ -84,6 +85,10 @@ type Options struct {
 	Metrics *prometheus.Registry
 	// Clock dates the development certificate.
 	Clock clock.PassiveClock
+	// Shim brings the hub's trust bundle into istio-ca-root-cert of each
+	// namespace; it runs when Shim.HubAddr is set. Client, Log and Metrics
+	// are filled in by Run.
+	Shim shim.Options
 }
 
 // DefaultOptions returns the spoke's defaults, Istio's where Istio has one.
@@ -96,6 +101,7 @@ func DefaultOptions() Options {
 		InjectConfigMap: ConfigMapRef{Namespace: "istio-system", Name: "istio-sidecar-injector"},
 		Log:             logr.Discard(),
 		Clock:           clock.RealClock{},
+		Shim:            shim.DefaultOptions(),
 	}
 }
 
@@ -175,6 +181,11 @@ func Run(ctx context.Context, opts Options) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return watcher.Run(gctx) })
 	g.Go(func() error { return namespaces.Run(gctx) })
+	if opts.Shim.HubAddr != "" {
+		so := opts.Shim
+		so.Client, so.Log, so.Metrics = client, log.WithName("shim"), reg
+		g.Go(func() error { return shim.Run(gctx, so) })
+	}
 	g.Go(func() error {
 		log.Info("serving webhooks", "addr", lis.Addr().String(), "injectConfigMap", opts.InjectConfigMap.String())
 		if err := srv.ServeTLS(lis, "", ""); !errors.Is(err, http.ErrServerClosed) {

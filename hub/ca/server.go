@@ -62,6 +62,10 @@ type ServerOptions struct {
 	// ShutdownGrace bounds how long Serve lets in-flight requests finish
 	// once its context ends. Default 5s.
 	ShutdownGrace time.Duration
+	// Services are registered on the CA's gRPC server next to the
+	// certificate API, sharing its TLS port (the trust-bundle service of
+	// hub/trustsvc, for one).
+	Services []func(grpc.ServiceRegistrar)
 	// Clock tells the time for certificates. Default the real clock.
 	Clock clock.Clock
 	// Metrics registers meshfed_ca_csr_total and
@@ -304,6 +308,9 @@ func (s *Server) ServeListener(ctx context.Context, lis net.Listener) error {
 		grpc.MaxRecvMsgSize(256<<10),
 	)
 	pb.RegisterIstioCertificateServiceServer(srv, s)
+	for _, register := range s.opts.Services {
+		register(srv)
+	}
 	s.opts.Log.Info("serving the certificate API", "addr", lis.Addr().String(), "keys", s.opts.Keys.Source())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()

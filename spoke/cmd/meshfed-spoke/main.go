@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -27,6 +29,12 @@ func main() {
 	fs.StringVar(&opts.DevCAFile, "dev-ca-file", "", "where to write the development certificate's CA (the webhooks' caBundle)")
 	cm := fs.String("inject-configmap", opts.InjectConfigMap.String(), "namespace/name of the injection ConfigMap (templates and values)")
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig of the workload cluster; in-cluster config when empty")
+	fs.StringVar(&opts.Shim.HubAddr, "hub-ca-addr", "", "the hub's CA address (host:port, TLS) to stream the trust bundle from; the shim is off when empty")
+	fs.StringVar(&opts.Shim.HubRootsFile, "hub-ca-roots", "", "PEM roots that verify the hub's CA certificate (system roots when empty)")
+	fs.StringVar(&opts.Shim.ServerName, "hub-ca-server-name", "", "name checked in the hub's CA certificate (default the host of --hub-ca-addr)")
+	fs.StringVar(&opts.Shim.ClusterID, "cluster-id", "", "this cluster's ID, as the hub's remote secret names it")
+	fs.StringVar(&opts.Shim.TokenFile, "hub-token-file", "/var/run/secrets/tokens/istio-token", "projected service account token (audience istio-ca) sent to the hub")
+	rootNS := fs.String("root-cert-namespace-selector", "", "label selector of the namespaces that get istio-ca-root-cert (all but kube-system, kube-public, kube-node-lease when empty)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -37,6 +45,15 @@ func main() {
 		os.Exit(2)
 	}
 	opts.InjectConfigMap = ref
+	if *rootNS != "" {
+		if opts.Shim.NamespaceSelector, err = labels.Parse(*rootNS); err != nil {
+			fmt.Fprintln(os.Stderr, "meshfed-spoke: --root-cert-namespace-selector:", err)
+			os.Exit(2)
+		}
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		opts.Shim.Version = bi.Main.Version
+	}
 	opts.DevCertHosts = nil
 	for _, h := range strings.Split(*devHosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {

@@ -1,0 +1,306 @@
+// Package trustsvc serves the federated trust bundle to the spoke shims:
+// the hub side of pkg/trustapi (meshfed.trust.v1.TrustBundle/Watch).
+//
+// A spoke opens one Watch stream, authenticated like a CSR to the CA (its
+// service account token in authorization: Bearer, its cluster in the
+// ClusterID metadata, the token reviewed against that cluster's own
+// apiserver). The Service sends the current bundle at once and the whole
+// bundle again on every change. Changes come from one coalescing channel
+// (replication.Replicator.TrustChanged); Run drains it and fans it out to
+// every open stream, so any number of spokes may watch.
+//
+// The Service also remembers every spoke that connected: its cluster,
+// version (x-meshfed-spoke-version metadata), when it connected, when it was
+// last seen, and whether a stream is open now (Spokes), for meshfedctl
+// remote-clusters.
+package trustsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/utils/clock"
+
+	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/trustapi"
+)
+
+// Authenticator turns a spoke's bearer token into its identity;
+// *ca.Authenticator implements it.
+type Authenticator interface {
+	Authenticate(ctx context.Context, cluster model.ClusterID, token string) (ca.Identity, error)
+}
+
+// Options configure a Service.
+type Options struct {
+	// Authenticator reviews the caller's token. Required.
+	Authenticator Authenticator
+	// Roots returns the current federated bundle
+	// (Replicator.TrustRoots). Required.
+	Roots func() []federation.Root
+	// Changed signals, coalesced, that Roots changed
+	// (Replicator.TrustChanged()). Only Run reads it. Nil: the bundle is
+	// sent once per stream and never again.
+	Changed <-chan struct{}
+	// Log receives structured logs.
+	Log logr.Logger
+	// Metrics, when set, receives meshfed_hub_trust_streams and
+	// meshfed_hub_trust_pushes_total{result}.
+	Metrics prometheus.Registerer
+	// Clock dates the spokes' status. Default the real clock.
+	Clock clock.PassiveClock
+}
+
+// SpokeStatus is what the hub knows of one cluster's spoke.
+type SpokeStatus struct {
+	Cluster model.ClusterID `json:"cluster"`
+	// Version is the spoke's x-meshfed-spoke-version of its latest stream.
+	Version string `json:"version"`
+	// Identity is the service account the spoke authenticated as.
+	Identity string `json:"identity"`
+	// ConnectedAt is when the latest stream opened.
+	ConnectedAt time.Time `json:"connectedAt"`
+	// LastSeen is now while a stream is open, else when the last one closed.
+	LastSeen time.Time `json:"lastSeen"`
+	// Healthy means at least one stream of the cluster is open now.
+	Healthy bool `json:"healthy"`
+	// Streams is the number of open streams (one per spoke replica).
+	Streams int `json:"streams"`
+	// BundleVersion is the bundle version last sent to the cluster.
+	BundleVersion string `json:"bundleVersion"`
+}
+
+// Service implements trustapi.TrustBundleServer.
+type Service struct {
+	opts Options
+
+	mu     sync.Mutex
+	notify chan struct{} // closed and replaced on every change
+	spokes map[model.ClusterID]*SpokeStatus
+
+	streams prometheus.Gauge
+	pushes  *prometheus.CounterVec
+}
+
+// New returns a Service; call Run for change fan-out and Register to serve.
+func New(opts Options) (*Service, error) {
+	if opts.Authenticator == nil || opts.Roots == nil {
+		return nil, errors.New("trustsvc: Options.Authenticator and Roots are required")
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	s := &Service{
+		opts:   opts,
+		notify: make(chan struct{}),
+		spokes: map[model.ClusterID]*SpokeStatus{},
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshfed_hub_trust_streams", Help: "Open trust-bundle Watch streams of spoke shims.",
+		}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_hub_trust_pushes_total", Help: "Trust bundles sent to spoke shims, by result.",
+		}, []string{"result"}),
+	}
+	if opts.Metrics != nil {
+		if err := opts.Metrics.Register(s.streams); err != nil {
+			return nil, fmt.Errorf("trustsvc: metrics: %w", err)
+		}
+		if err := opts.Metrics.Register(s.pushes); err != nil {
+			return nil, fmt.Errorf("trustsvc: metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Register serves the Service on s (the CA's gRPC server).
+func (s *Service) Register(r grpc.ServiceRegistrar) { trustapi.RegisterTrustBundleServer(r, s) }
+
+// Register is New followed by Service.Register; the caller still runs Run.
+func Register(r grpc.ServiceRegistrar, opts Options) (*Service, error) {
+	s, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.Register(r)
+	return s, nil
+}
+
+// Run fans Options.Changed out to every stream until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if s.opts.Changed == nil {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.opts.Changed:
+			s.Notify()
+		}
+	}
+}
+
+// Notify wakes every stream to compare the bundle with what it last sent.
+func (s *Service) Notify() {
+	s.mu.Lock()
+	close(s.notify)
+	s.notify = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *Service) changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.notify
+}
+
+// Bundle converts the current roots into the wire bundle.
+func (s *Service) Bundle() trustapi.Bundle { return BundleOf(s.opts.Roots()) }
+
+// BundleOf converts federation roots into the wire bundle.
+func BundleOf(roots []federation.Root) trustapi.Bundle {
+	out := make([]trustapi.Root, 0, len(roots))
+	for _, r := range roots {
+		out = append(out, trustapi.Root{TrustDomain: r.TrustDomain, PEM: string(r.PEM), Fingerprint: r.Fingerprint})
+	}
+	return trustapi.NewBundle(out)
+}
+
+// Watch implements trustapi.TrustBundleServer.
+func (s *Service) Watch(_ *wrapperspb.BytesValue, stream grpc.ServerStreamingServer[wrapperspb.BytesValue]) error {
+	ctx := stream.Context()
+	cluster, token, version, err := credentialsFrom(ctx)
+	if err != nil {
+		return status.Error(codes.Unauthenticated, err.Error())
+	}
+	id, err := s.opts.Authenticator.Authenticate(ctx, cluster, token)
+	if err != nil {
+		s.opts.Log.V(1).Info("trust bundle watch refused", "cluster", cluster, "err", err.Error())
+		switch {
+		case ca.IsUnauthenticated(err):
+			return status.Error(codes.Unauthenticated, err.Error())
+		case errors.Is(err, context.Canceled):
+			return status.Error(codes.Canceled, err.Error())
+		default:
+			return status.Error(codes.Unavailable, err.Error())
+		}
+	}
+	s.connected(cluster, id, version)
+	defer s.disconnected(cluster)
+	log := s.opts.Log.WithValues("cluster", cluster, "spokeVersion", version)
+	log.Info("spoke watching the trust bundle", "identity", id.String())
+
+	var sent string
+	for {
+		wake := s.changed() // before reading, so no change is missed
+		b := s.Bundle()
+		if b.Version != sent {
+			m, err := trustapi.Encode(b)
+			if err != nil {
+				return status.Error(codes.Internal, err.Error())
+			}
+			if err := stream.Send(m); err != nil {
+				s.pushes.WithLabelValues("error").Inc()
+				log.V(1).Info("trust bundle stream ended", "err", err.Error())
+				return err
+			}
+			s.pushes.WithLabelValues("sent").Inc()
+			sent = b.Version
+			s.sent(cluster, sent)
+			log.V(1).Info("sent trust bundle", "version", sent, "roots", len(b.Roots))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		}
+	}
+}
+
+func (s *Service) connected(c model.ClusterID, id ca.Identity, version string) {
+	s.streams.Inc()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.spokes[c]
+	if st == nil {
+		st = &SpokeStatus{Cluster: c}
+		s.spokes[c] = st
+	}
+	now := s.opts.Clock.Now()
+	st.Version, st.Identity, st.ConnectedAt, st.LastSeen = version, id.String(), now, now
+	st.Streams++
+}
+
+func (s *Service) disconnected(c model.ClusterID) {
+	s.streams.Dec()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.spokes[c]; st != nil {
+		st.Streams--
+		st.LastSeen = s.opts.Clock.Now()
+	}
+}
+
+func (s *Service) sent(c model.ClusterID, version string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.spokes[c]; st != nil {
+		st.BundleVersion = version
+	}
+}
+
+// Spokes returns every cluster whose spoke ever watched, sorted by cluster.
+func (s *Service) Spokes() []SpokeStatus {
+	now := s.opts.Clock.Now()
+	s.mu.Lock()
+	out := make([]SpokeStatus, 0, len(s.spokes))
+	for _, st := range s.spokes {
+		v := *st
+		v.Healthy = v.Streams > 0
+		if v.Healthy {
+			v.LastSeen = now
+		}
+		out = append(out, v)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b SpokeStatus) int { return strings.Compare(string(a.Cluster), string(b.Cluster)) })
+	return out
+}
+
+// credentialsFrom reads cluster, bearer token and spoke version.
+func credentialsFrom(ctx context.Context) (model.ClusterID, string, string, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	first := func(k string) string {
+		if v := md.Get(k); len(v) > 0 {
+			return strings.TrimSpace(v[0])
+		}
+		return ""
+	}
+	cluster := model.ClusterID(first(trustapi.MetadataClusterID))
+	if cluster == "" {
+		return "", "", "", fmt.Errorf("%w: no %q metadata", ca.ErrMissingCredentials, trustapi.MetadataClusterID)
+	}
+	scheme, token, ok := strings.Cut(first(trustapi.MetadataAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", "", "", fmt.Errorf("%w: authorization is not %q", ca.ErrMissingCredentials, "Bearer <token>")
+	}
+	return cluster, strings.TrimSpace(token), first(trustapi.MetadataSpokeVersion), nil
+}

@@ -1,0 +1,174 @@
+package trustsvc_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/hub/trustsvc"
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/trustapi"
+)
+
+type fakeAuthn struct{}
+
+func (fakeAuthn) Authenticate(_ context.Context, c model.ClusterID, token string) (ca.Identity, error) {
+	switch token {
+	case "good":
+		return ca.Identity{Cluster: c, Namespace: "istio-system", ServiceAccount: "meshfed-spoke"}, nil
+	case "down":
+		return ca.Identity{}, fmt.Errorf("%w: apiserver unreachable", ca.ErrTokenReview)
+	}
+	return ca.Identity{}, fmt.Errorf("%w: forged", ca.ErrTokenRejected)
+}
+
+type bundle struct {
+	mu    sync.Mutex
+	roots []federation.Root
+}
+
+func (b *bundle) get() []federation.Root {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.roots
+}
+
+func root(fp string) federation.Root {
+	return federation.Root{Fingerprint: fp, TrustDomain: "cluster.local", PEM: []byte("-----BEGIN CERTIFICATE-----\n" + fp + "\n-----END CERTIFICATE-----\n")}
+}
+
+func start(t *testing.T) (*trustsvc.Service, *bundle, chan struct{}, *grpc.ClientConn) {
+	t.Helper()
+	b := &bundle{roots: []federation.Root{root("aa")}}
+	changed := make(chan struct{}, 1)
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	svc, err := trustsvc.Register(srv, trustsvc.Options{Authenticator: fakeAuthn{}, Roots: b.get, Changed: changed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = svc.Run(ctx) }()
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() { cancel(); srv.Stop() })
+	cc, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return svc, b, changed, cc
+}
+
+func watch(ctx context.Context, cc *grpc.ClientConn, cluster, token, version string) (grpc.ServerStreamingClient[wrapperspbBytes], error) {
+	md := []string{trustapi.MetadataClusterID, cluster, trustapi.MetadataSpokeVersion, version}
+	if token != "" {
+		md = append(md, trustapi.MetadataAuthorization, "Bearer "+token)
+	}
+	return trustapi.Watch(metadata.AppendToOutgoingContext(ctx, md...), cc)
+}
+
+func recv(t *testing.T, st grpc.ServerStreamingClient[wrapperspbBytes]) trustapi.Bundle {
+	t.Helper()
+	m, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := trustapi.Decode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestWatchRefused(t *testing.T) {
+	_, _, _, cc := start(t)
+	for _, tc := range []struct {
+		token string
+		want  codes.Code
+	}{{"", codes.Unauthenticated}, {"forged", codes.Unauthenticated}, {"down", codes.Unavailable}} {
+		st, err := watch(t.Context(), cc, "cluster-1", tc.token, "v1")
+		if err == nil {
+			_, err = st.Recv()
+		}
+		if status.Code(err) != tc.want {
+			t.Errorf("token %q: %v, want %v", tc.token, err, tc.want)
+		}
+	}
+}
+
+// TestWatchFanOut: every stream gets the bundle at once and again on each
+// change, though the change channel is a single coalescing one; Spokes
+// records version and health per cluster.
+func TestWatchFanOut(t *testing.T) {
+	svc, b, changed, cc := start(t)
+	ctx1, cancel1 := context.WithCancel(t.Context())
+	s1, err := watch(ctx1, cc, "cluster-1", "good", "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := watch(t.Context(), cc, "cluster-2", "good", "v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := recv(t, s1)
+	if len(first.Roots) != 1 || first.Roots[0].Fingerprint != "aa" || first.Version == "" {
+		t.Fatalf("first bundle = %+v", first)
+	}
+	if got := recv(t, s2); got.Version != first.Version {
+		t.Fatalf("stream 2 version %s, want %s", got.Version, first.Version)
+	}
+
+	b.mu.Lock()
+	b.roots = []federation.Root{root("aa"), root("bb")}
+	b.mu.Unlock()
+	changed <- struct{}{}
+	for i, st := range []grpc.ServerStreamingClient[wrapperspbBytes]{s1, s2} {
+		got := recv(t, st)
+		if len(got.Roots) != 2 || got.Version == first.Version {
+			t.Errorf("stream %d after change: %+v", i+1, got)
+		}
+		if string(got.PEM()) != string(root("aa").PEM)+string(root("bb").PEM) {
+			t.Errorf("stream %d PEM = %q", i+1, got.PEM())
+		}
+	}
+
+	sp := svc.Spokes()
+	if len(sp) != 2 || sp[0].Cluster != "cluster-1" || sp[0].Version != "v1" || !sp[0].Healthy || sp[1].Version != "v2" ||
+		sp[0].Identity != "cluster-1/istio-system/meshfed-spoke" {
+		t.Fatalf("Spokes = %+v", sp)
+	}
+	cancel1()
+	deadline := time.Now().Add(10 * time.Second)
+	for svc.Spokes()[0].Healthy {
+		if time.Now().After(deadline) {
+			t.Fatal("cluster-1 still healthy after its stream closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if sp := svc.Spokes(); !sp[1].Healthy || sp[0].LastSeen.IsZero() {
+		t.Errorf("Spokes after close = %+v", sp)
+	}
+}
+
+func TestNewRequiresOptions(t *testing.T) {
+	if _, err := trustsvc.New(trustsvc.Options{}); err == nil {
+		t.Error("New without options succeeded")
+	}
+}
+
+type wrapperspbBytes = wrapperspb.BytesValue
