@@ -253,7 +253,10 @@ func TestSpokeChartDefaults(t *testing.T) {
 	requireRules(t, "spoke cluster role", spokeRole.Rules,
 		`"" namespaces get`, `"" namespaces list`, `"" namespaces watch`,
 		`"" configmaps create`,
+		`"" configmaps get istio-ca-root-cert`,
+		`"" configmaps list istio-ca-root-cert`,
 		`"" configmaps update istio-ca-root-cert`,
+		`"" configmaps watch istio-ca-root-cert`,
 		`"admissionregistration.k8s.io" mutatingwebhookconfigurations patch meshfed-spoke-injector-`+ns,
 		`"admissionregistration.k8s.io" validatingwebhookconfigurations patch meshfed-spoke-validator-`+ns,
 	)
@@ -439,10 +442,15 @@ func TestSpokeChartOverrides(t *testing.T) {
 	var dep appsv1.Deployment
 	r.get(t, "Deployment", ns, "meshfed-spoke", &dep)
 	args := dep.Spec.Template.Spec.Containers[0].Args
+	vols := dep.Spec.Template.Spec.Volumes
 	if !slices.Contains(args, "--dev-cert-hosts=meshfed-spoke.mesh-spoke.svc,meshfed-spoke.mesh-spoke.svc.cluster.local") ||
 		slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--tls-cert-file") }) ||
-		len(dep.Spec.Template.Spec.Volumes) != 0 {
-		t.Errorf("args %v volumes %v", args, dep.Spec.Template.Spec.Volumes)
+		// The trust-bundle shim: the hub's CA, this cluster's ID, and a
+		// projected token the hub can review (audience istio-ca).
+		!slices.Contains(args, "--hub-ca-addr=ca.example.com:8443") || !slices.Contains(args, "--cluster-id=cluster-7") ||
+		len(vols) != 1 || vols[0].Projected == nil || vols[0].Projected.Sources[0].ServiceAccountToken == nil ||
+		vols[0].Projected.Sources[0].ServiceAccountToken.Audience != "istio-ca" {
+		t.Errorf("args %v volumes %v", args, vols)
 	}
 	var cm corev1.ConfigMap
 	r.get(t, "ConfigMap", ns, "istio-sidecar-injector", &cm)
