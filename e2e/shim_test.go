@@ -229,6 +229,18 @@ func TestShimTrustBundle(t *testing.T) {
 	opts.Log, opts.Metrics = testr.New(t).WithName("shim"), prometheus.NewRegistry()
 	runTestShim(t, opts)
 
+	// The hub shows the spoke's version and health in remote-clusters.
+	framework.RequireEventually(t, converge, func() error {
+		out, err := framework.Meshfedctl(t, "remote-clusters", "--monitoring", strings.TrimPrefix(h0.MonitoringURL(), "http://"))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "e2e (healthy)") {
+			return fmt.Errorf("remote-clusters shows no healthy spoke:\n%s", out)
+		}
+		return nil
+	})
+
 	shimScenario(t, opts.Client, bundle, func() {
 		// Another config-cluster namespace means another CA Secret, so
 		// another root, federated into h0's bundle by the replicas' peer

@@ -36,6 +36,15 @@ type federationz struct {
 	} `json:"clusters"`
 }
 
+// spokez is the part of the hub's /debug/spokez (trustsvc.SpokeStatus)
+// that meshfedctl reads: the spokes whose trust-bundle stream is on the
+// answering replica.
+type spokez []struct {
+	Cluster string `json:"cluster"`
+	Version string `json:"version"`
+	Healthy bool   `json:"healthy"`
+}
+
 // remoteClustersDoc is what `remote-clusters -o json` writes.
 type remoteClustersDoc struct {
 	Replica      string          `json:"replica"`
@@ -53,6 +62,9 @@ type remoteCluster struct {
 	Services  int      `json:"services"`
 	Endpoints int      `json:"endpoints"`
 	Error     string   `json:"error"`
+	// Spoke is the spoke's version and health, "" when its trust-bundle
+	// stream is not on the answering replica.
+	Spoke string `json:"spoke,omitempty"`
 }
 
 // secretError is a remote secret the hub rejected as a whole.
@@ -84,11 +96,24 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 		owners[c.ID] = c.Owners
 	}
 
+	// Spokes are optional too: a hub without the CA has no spokez.
+	spokes := map[string]string{}
+	var sz spokez
+	if getJSON(ctx, client, base+"/debug/spokez", &sz) == nil {
+		for _, sp := range sz {
+			health := "down"
+			if sp.Healthy {
+				health = "healthy"
+			}
+			spokes[sp.Cluster] = dash(sp.Version) + " (" + health + ")"
+		}
+	}
+
 	doc := remoteClustersDoc{Replica: reg.Replica, Clusters: []remoteCluster{}, SecretErrors: reg.SecretErrors}
 	for _, c := range reg.Clusters {
 		row := remoteCluster{
 			Cluster: c.ID, Secret: c.Secret, State: c.State,
-			Services: c.Services, Endpoints: c.Endpoints, Error: c.Error,
+			Services: c.Services, Endpoints: c.Endpoints, Error: c.Error, Spoke: spokes[c.ID],
 		}
 		if haveOwners {
 			row.Owners = owners[c.ID]
@@ -108,14 +133,14 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 
 func writeRemoteClusters(w io.Writer, doc remoteClustersDoc, haveOwners bool) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tSECRET\tSTATE\tOWNERS\tSERVICES\tENDPOINTS\tERROR")
+	fmt.Fprintln(tw, "CLUSTER\tSECRET\tSTATE\tOWNERS\tSERVICES\tENDPOINTS\tSPOKE\tERROR")
 	for _, c := range doc.Clusters {
 		own := "-"
 		if haveOwners && len(c.Owners) > 0 {
 			own = strings.Join(c.Owners, ",")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Cluster, dash(c.Secret), dash(c.State), own,
-			strconv.Itoa(c.Services), strconv.Itoa(c.Endpoints), dash(oneLine(c.Error)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Cluster, dash(c.Secret), dash(c.State), own,
+			strconv.Itoa(c.Services), strconv.Itoa(c.Endpoints), dash(c.Spoke), dash(oneLine(c.Error)))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing table: %w", err)
