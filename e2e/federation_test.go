@@ -47,7 +47,8 @@ func federatedFleet(t *testing.T, n int) (*framework.Fleet, []*framework.Hub, ma
 	return f, hubs, workloads, key
 }
 
-// threeRegionsN is n remote clusters, each its own region.
+// threeRegionsN is n remote clusters cluster-1 … cluster-n, each its own
+// region.
 func threeRegionsN(n int) []framework.RemoteClusterOptions {
 	var out []framework.RemoteClusterOptions
 	for i := 1; i <= n; i++ {

@@ -23,16 +23,7 @@ const (
 
 // threeRegions is three remote clusters, each its own region, so that a
 // client in cluster-1 ranks cluster-2 and cluster-3 equally behind its own.
-func threeRegions() []framework.RemoteClusterOptions {
-	var out []framework.RemoteClusterOptions
-	for i := 1; i <= 3; i++ {
-		out = append(out, framework.RemoteClusterOptions{
-			ID:       model.ClusterID(fmt.Sprintf("cluster-%d", i)),
-			Locality: model.Locality{Region: fmt.Sprintf("region-%d", i), Zone: fmt.Sprintf("zone-%d", i)},
-		})
-	}
-	return out
-}
+func threeRegions() []framework.RemoteClusterOptions { return threeRegionsN(3) }
 
 // echoFleet starts three remote clusters with two echo replicas each, one
 // secret holding cluster-1 and cluster-2 and another holding cluster-3,
