@@ -257,7 +257,9 @@ func TestSpokeChartDefaults(t *testing.T) {
 		`"" configmaps list istio-ca-root-cert`,
 		`"" configmaps update istio-ca-root-cert`,
 		`"" configmaps watch istio-ca-root-cert`,
+		`"admissionregistration.k8s.io" mutatingwebhookconfigurations get meshfed-spoke-injector-`+ns,
 		`"admissionregistration.k8s.io" mutatingwebhookconfigurations patch meshfed-spoke-injector-`+ns,
+		`"admissionregistration.k8s.io" validatingwebhookconfigurations get meshfed-spoke-validator-`+ns,
 		`"admissionregistration.k8s.io" validatingwebhookconfigurations patch meshfed-spoke-validator-`+ns,
 	)
 	var nsRole rbacv1.Role

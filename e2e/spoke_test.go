@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"net"
 	"net/http"
 	"os"
@@ -54,6 +56,7 @@ type testSpoke struct {
 	https  *http.Client // trusts the serving CA
 	client client.Client
 	chart  *rendered
+	caPEM  []byte // the serving CA: what caBundle must hold
 }
 
 // startTestSpoke renders the spoke chart for cluster, applies its injection
@@ -108,6 +111,16 @@ func startTestSpoke(t *testing.T, cluster *framework.ConfigCluster, c client.Cli
 	opts := spoke.DefaultOptions()
 	opts.ListenAddr = s.addr
 	opts.CertFile, opts.KeyFile = certFile, keyFile
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts.CABundleFile = caFile
+	opts.WebhookConfigs = spoke.WebhookConfigs{
+		Mutating: "meshfed-spoke-injector-" + spokeNamespace, Validating: "meshfed-spoke-validator-" + spokeNamespace,
+	}
+	opts.CABundleInterval = 200 * time.Millisecond
+	s.caPEM = ca.CertPEM
 	opts.RESTConfig = cluster.RESTConfig()
 	opts.Log = testr.NewWithOptions(t, testr.Options{Verbosity: 0})
 	opts.Metrics = prometheus.NewRegistry()
@@ -516,6 +529,33 @@ func TestSpokeWebhooks(t *testing.T) {
 		if got, err := clusterOf(); err != nil || got != "cluster-1-renamed" {
 			t.Errorf("after deletion: %q, %v", got, err)
 		}
+	})
+
+	t.Run("caBundle is kept current", func(t *testing.T) {
+		// Someone (a chart upgrade, a careless edit) breaks the caBundle;
+		// the spoke puts its serving CA back.
+		name := "meshfed-spoke-injector-" + spokeNamespace
+		var mwc admissionregistrationv1.MutatingWebhookConfiguration
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &mwc); err != nil {
+			t.Fatal(err)
+		}
+		for i := range mwc.Webhooks {
+			mwc.Webhooks[i].ClientConfig.CABundle = []byte("stale")
+		}
+		if err := c.Update(ctx, &mwc); err != nil {
+			t.Fatal(err)
+		}
+		framework.RequireEventually(t, converge, func() error {
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, &mwc); err != nil {
+				return err
+			}
+			for _, w := range mwc.Webhooks {
+				if !bytes.Equal(w.ClientConfig.CABundle, s.caPEM) {
+					return fmt.Errorf("webhook %s caBundle not restored", w.Name)
+				}
+			}
+			return nil
+		})
 	})
 
 	t.Run("metrics", func(t *testing.T) {

@@ -85,6 +85,15 @@ type Options struct {
 	Metrics *prometheus.Registry
 	// Clock dates the development certificate.
 	Clock clock.PassiveClock
+	// WebhookConfigs are the spoke's own webhook configurations; their
+	// caBundle is kept equal to the serving certificate's CA: the
+	// development CA, or CABundleFile. Empty names are skipped.
+	WebhookConfigs WebhookConfigs
+	// CABundleFile is the PEM CA of CertFile (e.g. ca.crt of a
+	// cert-manager Secret), read again at each check.
+	CABundleFile string
+	// CABundleInterval is how often the caBundles are checked. Default 1m.
+	CABundleInterval time.Duration
 	// Shim brings the hub's trust bundle into istio-ca-root-cert of each
 	// namespace; it runs when Shim.HubAddr is set. Client, Log and Metrics
 	// are filled in by Run.
@@ -138,7 +147,7 @@ func Run(ctx context.Context, opts Options) error {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	certs, err := servingCert(opts)
+	certs, caFunc, err := servingCert(opts)
 	if err != nil {
 		return err
 	}
@@ -181,6 +190,14 @@ func Run(ctx context.Context, opts Options) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return watcher.Run(gctx) })
 	g.Go(func() error { return namespaces.Run(gctx) })
+	if caFunc != nil && (opts.WebhookConfigs.Mutating != "" || opts.WebhookConfigs.Validating != "") {
+		interval := opts.CABundleInterval
+		if interval <= 0 {
+			interval = time.Minute
+		}
+		keeper := newCABundleKeeper(client, opts.WebhookConfigs, caFunc, interval, log.WithName("cabundle"), reg)
+		g.Go(func() error { return keeper.Run(gctx) })
+	}
 	if opts.Shim.HubAddr != "" {
 		so := opts.Shim
 		so.Client, so.Log, so.Metrics = client, log.WithName("shim"), reg
@@ -232,23 +249,30 @@ func restConfig(opts Options) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// servingCert loads the serving certificate, or makes a development one.
-func servingCert(opts Options) (certSource, error) {
+// servingCert loads the serving certificate, or makes a development one,
+// and returns where the caBundle of the webhook configurations comes from
+// (nil when unknown: a given certificate without CABundleFile).
+func servingCert(opts Options) (certSource, func() ([]byte, error), error) {
 	if opts.CertFile != "" {
-		return newFileCert(opts.CertFile, opts.KeyFile, opts.Log.WithName("tls"))
+		var ca func() ([]byte, error)
+		if opts.CABundleFile != "" {
+			ca = fileCA(opts.CABundleFile)
+		}
+		src, err := newFileCert(opts.CertFile, opts.KeyFile, opts.Log.WithName("tls"))
+		return src, ca, err
 	}
 	cert, caPEM, err := devCert(opts.DevCertHosts, opts.Clock.Now())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	opts.Log.Info("no serving certificate given: using a self-signed development certificate",
 		"hosts", opts.DevCertHosts, "caFile", opts.DevCAFile)
 	if opts.DevCAFile != "" {
 		if err := os.WriteFile(opts.DevCAFile, caPEM, 0o644); err != nil {
-			return nil, fmt.Errorf("spoke: writing development CA: %w", err)
+			return nil, nil, fmt.Errorf("spoke: writing development CA: %w", err)
 		}
 	}
-	return staticCert{cert}, nil
+	return staticCert{cert}, func() ([]byte, error) { return caPEM, nil }, nil
 }
 
 // notReady says why the spoke cannot answer yet, or "".
