@@ -14,8 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/federation"
@@ -33,7 +31,7 @@ const (
 	peerCAKeyKey  = "ca-key.pem"
 )
 
-func newReplicator(ctx context.Context, opts Options, cfg *rest.Config, log logr.Logger, reg prometheus.Registerer) (*replication.Replicator, error) {
+func newReplicator(ctx context.Context, opts Options, c client.Client, log logr.Logger, reg prometheus.Registerer) (*replication.Replicator, error) {
 	var key []byte
 	if opts.GossipKeyFile != "" {
 		raw, err := os.ReadFile(opts.GossipKeyFile)
@@ -46,7 +44,7 @@ func newReplicator(ctx context.Context, opts Options, cfg *rest.Config, log logr
 	} else {
 		log.Info("no --gossip-key-file: replica gossip is NOT encrypted")
 	}
-	serverTLS, clientTLS, err := peerTLS(ctx, opts, cfg, log)
+	serverTLS, clientTLS, err := peerTLS(ctx, opts, c, log)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +79,7 @@ func peerAdvertiseAddr(opts Options) string {
 
 // peerTLS returns the peer transport's mTLS configuration: from files when
 // given, else from the config cluster's peer CA.
-func peerTLS(ctx context.Context, opts Options, cfg *rest.Config, log logr.Logger) (server, client *tls.Config, err error) {
+func peerTLS(ctx context.Context, opts Options, c client.Client, log logr.Logger) (server, client *tls.Config, err error) {
 	if opts.PeerTLSCert != "" || opts.PeerTLSKey != "" || opts.PeerTLSCA != "" {
 		server, client, err = federation.LoadPeerTLS(opts.PeerTLSCert, opts.PeerTLSKey, opts.PeerTLSCA)
 		if err != nil {
@@ -89,7 +87,7 @@ func peerTLS(ctx context.Context, opts Options, cfg *rest.Config, log logr.Logge
 		}
 		return server, client, nil
 	}
-	ca, err := loadOrCreatePeerCA(ctx, cfg, opts.Namespace, opts.Clock.Now())
+	ca, err := loadOrCreatePeerCA(ctx, c, opts.Namespace, opts.Clock.Now())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -107,15 +105,7 @@ func peerTLS(ctx context.Context, opts Options, cfg *rest.Config, log logr.Logge
 // loadOrCreatePeerCA reads the peer CA from the config cluster, creating it
 // if absent. When replicas race to create it, Create fails for all but one
 // and the others read the winner's: every replica ends with the same CA.
-func loadOrCreatePeerCA(ctx context.Context, cfg *rest.Config, ns string, now time.Time) (*pki.CA, error) {
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, fmt.Errorf("hub: config cluster client: %w", err)
-	}
+func loadOrCreatePeerCA(ctx context.Context, c client.Client, ns string, now time.Time) (*pki.CA, error) {
 	key := client.ObjectKey{Namespace: ns, Name: PeerCASecret}
 	for attempt := 0; attempt < 3; attempt++ {
 		var sec corev1.Secret

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -144,7 +145,17 @@ func Run(ctx context.Context, opts Options) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	repl, err := newReplicator(ctx, opts, cfg, log, reg)
+	// One scheme and one uncached client of the config cluster serve the
+	// start-up reads (peer CA, workload CA keys); the manager watches.
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	configClient, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("hub: config cluster client: %w", err)
+	}
+	repl, err := newReplicator(ctx, opts, configClient, log, reg)
 	if err != nil {
 		return err
 	}
@@ -161,10 +172,6 @@ func Run(ctx context.Context, opts Options) error {
 	provider := remotes.NewProvider(remotes.ProviderOptions{
 		Remover: st, Status: status, Ownership: repl.Ownership(), Log: log.WithName("remotes"),
 	})
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return err
-	}
 	mgr, err := mcmanager.New(cfg, provider, manager.Options{
 		Scheme:                 scheme,
 		Cache:                  remotes.SecretCacheOptions(opts.Namespace),
@@ -176,7 +183,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("hub: manager: %w", err)
 	}
 	provider.SetupWithManager(mgr.GetLocalManager())
-	caServer, err := newCA(ctx, opts, cfg, provider, repl.TrustRoots, repl.TrustChanged(), log, reg)
+	caServer, err := newCA(ctx, opts, configClient, provider, repl.TrustRoots, repl.TrustChanged(), log, reg)
 	if err != nil {
 		return err
 	}

@@ -7,9 +7,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/federation"
@@ -29,17 +26,9 @@ type workloadCA struct {
 // builds the certificate service; it returns nil when opts.CAAddr is empty.
 // Tokens are reviewed against the remote cluster each caller names, through
 // the remote secrets' credentials.
-func newCA(ctx context.Context, opts Options, cfg *rest.Config, clusters ca.ClusterConfigs, roots func() []federation.Root, rootsChanged <-chan struct{}, log logr.Logger, reg prometheus.Registerer) (*workloadCA, error) {
+func newCA(ctx context.Context, opts Options, c client.Client, clusters ca.ClusterConfigs, roots func() []federation.Root, rootsChanged <-chan struct{}, log logr.Logger, reg prometheus.Registerer) (*workloadCA, error) {
 	if opts.CAAddr == "" {
 		return nil, nil
-	}
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, fmt.Errorf("hub: config cluster client: %w", err)
 	}
 	keys, err := ca.LoadOrCreateKeys(ctx, c, opts.Namespace, opts.Clock.Now(), ca.KeyOptions{TrustDomain: opts.TrustDomain})
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/go-logr/logr"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
 
@@ -193,7 +193,7 @@ func (s *Server) push(hs []model.Hostname) {
 		resourcev3.ClusterType:  newUpdate(),
 	}
 	eds := map[xdsgen.ProxyGroup]*update{}
-	c.groupsLocked(func(g xdsgen.ProxyGroup, _ *cachev3.LinearCache) { eds[g] = newUpdate() })
+	c.groupsLocked(func(g xdsgen.ProxyGroup, _ *trackedCache) { eds[g] = newUpdate() })
 
 	for _, h := range hs {
 		ms := s.opts.Registry.Service(h)
@@ -263,8 +263,8 @@ func (s *Server) push(hs []model.Hostname) {
 	for t, u := range shared {
 		s.apply(t, c.shared[t], u)
 	}
-	c.groupsLocked(func(g xdsgen.ProxyGroup, lc *cachev3.LinearCache) {
-		s.apply(resourcev3.EndpointType, lc, eds[g])
+	c.groupsLocked(func(g xdsgen.ProxyGroup, tc *trackedCache) {
+		s.apply(resourcev3.EndpointType, tc, eds[g])
 	})
 	s.metrics.pushDuration.Observe(time.Since(start).Seconds())
 }
@@ -293,13 +293,13 @@ func (u *update) del(name string) {
 	u.rm = append(u.rm, name)
 }
 
-// apply writes u into lc, skipping resources equal to what lc holds so that
-// no proxy is sent a no-op update.
-func (s *Server) apply(typeURL string, lc *cachev3.LinearCache, u *update) {
+// apply writes u into tc, skipping resources equal to what tc holds so that
+// no proxy is sent a no-op update. The cache's mu must be held.
+func (s *Server) apply(typeURL string, tc *trackedCache, u *update) {
 	if u == nil || (len(u.up) == 0 && len(u.rm) == 0) {
 		return
 	}
-	current := lc.GetResources()
+	current := tc.current
 	for n, r := range u.up {
 		if cur, ok := current[n]; ok && proto.Equal(cur, r) {
 			delete(u.up, n)
@@ -314,7 +314,7 @@ func (s *Server) apply(typeURL string, lc *cachev3.LinearCache, u *update) {
 	if len(u.up) == 0 && len(rm) == 0 {
 		return
 	}
-	if err := lc.UpdateResources(u.up, rm); err != nil {
+	if err := tc.updateLocked(u.up, rm); err != nil {
 		s.opts.Log.Error(err, "updating xDS cache", "type", typeURL)
 		return
 	}
@@ -335,16 +335,12 @@ func (s *Server) buildGroup(g xdsgen.ProxyGroup) map[string]types.Resource {
 	return out
 }
 
+// shortType is the metric label of a type URL: proxystatus's short name,
+// or "other" for a type the hub does not know, so that a proxy cannot grow
+// the label set by asking for made-up types.
 func shortType(typeURL string) string {
-	switch typeURL {
-	case resourcev3.ListenerType:
-		return "lds"
-	case resourcev3.RouteType:
-		return "rds"
-	case resourcev3.ClusterType:
-		return "cds"
-	case resourcev3.EndpointType:
-		return "eds"
+	if short := proxystatus.ShortType(typeURL); short != typeURL {
+		return short
 	}
 	return "other"
 }
