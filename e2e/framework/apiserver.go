@@ -54,10 +54,6 @@ func (c *Cluster) Watches(ctx context.Context, resource string) (int, error) {
 	return total, sc.Err()
 }
 
-// FreeAddrs returns n distinct free TCP addresses on 127.0.0.1, for
-// listeners a test passes to hubs (gossip, peer).
-func FreeAddrs(n int) ([]string, error) { return freeAddrs(n) }
-
 // TokenKubeconfig returns a kubeconfig for this cluster whose credential is
 // a TokenRequest token of service account sa in kube-system, valid for
 // ttl, bound to the cluster-admin role — the shape of a remote secret that

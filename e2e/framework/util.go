@@ -175,3 +175,7 @@ func (p *prefixWriter) Flush() {
 		p.buf = nil
 	}
 }
+
+// FreeAddrs returns n distinct free TCP addresses on 127.0.0.1, for
+// listeners a test passes to hubs (gossip, peer).
+func FreeAddrs(n int) ([]string, error) { return freeAddrs(n) }
