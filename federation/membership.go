@@ -131,7 +131,8 @@ type Membership struct {
 
 	running   atomic.Bool
 	closeOnce sync.Once
-	closeErr  error // set inside closeOnce
+	closeErr  error       // set inside closeOnce
+	shutdown  atomic.Bool // set once memberlist is shutting down
 }
 
 // NewMembership validates opts and starts memberlist: it listens and
@@ -194,7 +195,7 @@ func NewMembership(opts MembershipOptions) (*Membership, error) {
 	cfg.Delegate = gossipDelegate{m}
 	cfg.Events = eventDelegate{m}
 	cfg.LogOutput = nil
-	cfg.Logger = log.New(&logWriter{log: opts.Log.WithName("memberlist"), reject: metrics.reject}, "", 0)
+	cfg.Logger = log.New(&logWriter{log: opts.Log.WithName("memberlist"), reject: metrics.reject, closed: &m.shutdown}, "", 0)
 	m.cfg = cfg
 
 	if opts.Key == nil {
@@ -312,6 +313,10 @@ func (m *Membership) close(leave bool) error {
 				m.log.Info("left gossip")
 			}
 		}
+		// memberlist's timers may fire once more while it shuts down and
+		// report the closed socket; those lines are noise, and would reach
+		// a logger whose owner (a test) may be gone.
+		m.shutdown.Store(true)
 		if err := m.list.Shutdown(); err != nil {
 			m.closeErr = fmt.Errorf("federation: shut down memberlist: %w", err)
 		}
@@ -644,9 +649,13 @@ func classifyRejection(msg string) (string, bool) {
 type logWriter struct {
 	log    logr.Logger
 	reject func(reason string)
+	closed *atomic.Bool // drop everything once set
 }
 
 func (w *logWriter) Write(p []byte) (int, error) {
+	if w.closed.Load() {
+		return len(p), nil
+	}
 	level, text := splitLogLine(strings.TrimRight(string(p), "\r\n"))
 	if level == "DEBUG" {
 		return len(p), nil

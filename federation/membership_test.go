@@ -676,7 +676,7 @@ func TestMembershipClassifyRejection(t *testing.T) {
 func TestMembershipLogWriter(t *testing.T) {
 	var sink gossipLogs
 	var rejects []string
-	w := &logWriter{log: sink.logger(), reject: func(r string) { rejects = append(rejects, r) }}
+	w := &logWriter{log: sink.logger(), reject: func(r string) { rejects = append(rejects, r) }, closed: new(atomic.Bool)}
 	lg := log.New(w, "", 0) // as memberlist gets it
 	lg.Printf("[DEBUG] memberlist: Stream connection from=127.0.0.1:1")
 	lg.Printf("[INFO] memberlist: Marking c as failed, suspect timeout reached (0 peer confirmations)")
