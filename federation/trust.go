@@ -34,6 +34,10 @@ type Root struct {
 	// Added is when the root was added; a tombstone removes it only if it
 	// is not older.
 	Added time.Time `json:"added"`
+	// RetireAt, when set, is when the root stops being trusted: a root
+	// dropped from its CA's configuration stays in the bundle until every
+	// leaf it may have signed has expired (see Retire).
+	RetireAt time.Time `json:"retireAt,omitzero"`
 }
 
 // Tombstone records the removal of a root certificate, in every trust
@@ -160,18 +164,80 @@ func (b *TrustBundle) State() TrustBundleState {
 	return s
 }
 
-// Roots returns the live roots that have not expired at now, sorted by
-// trust domain then fingerprint.
+// Retire schedules the end of trust in the root of fingerprint fp, in
+// every trust domain that holds it: from retireAt on, Roots leaves it out.
+// It is recorded as a new copy of the root, added at at by replica by, so
+// it replicates like an add and a later add without RetireAt (a rollback)
+// wins over it. It reports whether the bundle changed; a root that is not
+// live, or already retires at retireAt, is left alone.
+func (b *TrustBundle) Retire(fp string, at, retireAt time.Time, by ReplicaID) bool {
+	var copies []Root
+	for k, r := range b.roots {
+		if k.fingerprint == fp && !r.RetireAt.Equal(retireAt) {
+			copies = append(copies, r)
+		}
+	}
+	changed := false
+	for _, r := range copies {
+		r.Added, r.RetireAt, r.Source = at, retireAt, by
+		if b.addRoot(normRoot(r)) {
+			changed = true
+		}
+	}
+	return changed
+}
+
+// Roots returns the live roots at now, neither expired nor retired, sorted
+// by trust domain then fingerprint.
 func (b *TrustBundle) Roots(now time.Time) []Root {
 	var out []Root
 	for _, r := range b.roots {
-		if r.NotAfter.IsZero() || now.Before(r.NotAfter) {
+		if r.trustedAt(now) {
 			r.PEM = bytes.Clone(r.PEM)
 			out = append(out, r)
 		}
 	}
 	sortRoots(out)
 	return out
+}
+
+// NextChange returns the first time after now at which Roots will change
+// by itself, a root expiring or retiring, or the zero time if none will.
+func (b *TrustBundle) NextChange(now time.Time) time.Time {
+	var next time.Time
+	for _, r := range b.roots {
+		for _, t := range []time.Time{r.NotAfter, r.RetireAt} {
+			if t.After(now) && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
+		}
+	}
+	return next
+}
+
+// DropRetired turns every root whose retirement time has passed at now into
+// a tombstone dated at that time, and reports whether the bundle changed.
+// Every replica that calls it writes the same tombstone, so their bundles
+// converge; a late copy of the root cannot come back.
+func (b *TrustBundle) DropRetired(now time.Time) bool {
+	var due []Root
+	for _, r := range b.roots {
+		if !r.RetireAt.IsZero() && !now.Before(r.RetireAt) {
+			due = append(due, r)
+		}
+	}
+	changed := false
+	for _, r := range due {
+		if b.addTomb(Tombstone{Fingerprint: r.Fingerprint, Removed: r.RetireAt, Source: r.Source}) {
+			changed = true
+		}
+	}
+	return changed
+}
+
+// trustedAt reports whether r is neither expired nor retired at now.
+func (r Root) trustedAt(now time.Time) bool {
+	return (r.NotAfter.IsZero() || now.Before(r.NotAfter)) && (r.RetireAt.IsZero() || now.Before(r.RetireAt))
 }
 
 // Hash returns a stable digest of State(), hex SHA-256 of a canonical
@@ -198,6 +264,11 @@ func (b *TrustBundle) Hash() string {
 		str(string(r.Source))
 		tm(r.NotAfter)
 		tm(r.Added)
+		if !r.RetireAt.IsZero() {
+			// Only when set, so bundles without retirements hash as
+			// replicas that predate RetireAt hash them.
+			tm(r.RetireAt)
+		}
 		h.Write(buf)
 		buf = buf[:0]
 	}
@@ -280,6 +351,9 @@ func compareRoots(a, b Root) int {
 	if c := a.NotAfter.Compare(b.NotAfter); c != 0 {
 		return c
 	}
+	if c := a.RetireAt.Compare(b.RetireAt); c != 0 {
+		return c
+	}
 	return bytes.Compare(a.PEM, b.PEM)
 }
 
@@ -303,6 +377,7 @@ func sortRoots(rs []Root) {
 func normRoot(r Root) Root {
 	r.NotAfter = r.NotAfter.UTC()
 	r.Added = r.Added.UTC()
+	r.RetireAt = r.RetireAt.UTC()
 	return r
 }
 

@@ -463,3 +463,86 @@ func FuzzParseRootPEM(f *testing.F) {
 		}
 	})
 }
+
+// Retirement: a retiring root stays trusted until its time, replicates like
+// an add, is outranked by a later plain add (a rollback), and once due
+// becomes the same tombstone on every replica.
+func TestTrustRetire(t *testing.T) {
+	var a TrustBundle
+	a.Add(fakeRoot("old", "cluster.local", atSec(1)))
+	a.Add(fakeRoot("new", "cluster.local", atSec(2)))
+	if a.Retire("missing", atSec(3), atSec(100), "hub-1") {
+		t.Fatal("retired a root the bundle does not hold")
+	}
+	if !a.Retire("old", atSec(3), atSec(100), "hub-1") {
+		t.Fatal("Retire changed nothing")
+	}
+	if a.Retire("old", atSec(4), atSec(100), "hub-2") {
+		t.Fatal("retiring again at the same time changed the bundle")
+	}
+	if got := fps(a.Roots(atSec(99))); !slices.Equal(got, []string{"cluster.local/new", "cluster.local/old"}) {
+		t.Fatalf("before the retirement: %v", got)
+	}
+	if got := fps(a.Roots(atSec(100))); !slices.Equal(got, []string{"cluster.local/new"}) {
+		t.Fatalf("at the retirement: %v", got)
+	}
+	if next := a.NextChange(atSec(50)); !next.Equal(atSec(100)) {
+		t.Fatalf("NextChange = %v, want the retirement %v", next, atSec(100))
+	}
+	if next := a.NextChange(atSec(100)); !next.Equal(testNow.Add(365 * 24 * time.Hour)) {
+		t.Fatalf("NextChange after the retirement = %v, want the roots' expiry", next)
+	}
+
+	// It replicates: a peer that merges sees the same retirement.
+	var b TrustBundle
+	b.Add(fakeRoot("old", "cluster.local", atSec(1)))
+	if !b.Merge(a.State()) || b.Hash() != a.Hash() {
+		t.Fatal("the retirement did not replicate")
+	}
+	// A rollback (the root is configured again) is a later plain add: it
+	// wins over the retirement on every replica.
+	if !b.Add(fakeRoot("old", "cluster.local", atSec(10))) {
+		t.Fatal("rollback add refused")
+	}
+	a.Merge(b.State())
+	if got := fps(a.Roots(atSec(200))); !slices.Equal(got, []string{"cluster.local/new", "cluster.local/old"}) {
+		t.Fatalf("after the rollback: %v", got)
+	}
+
+	// Retired for good: DropRetired writes the same tombstone everywhere.
+	a.Retire("old", atSec(20), atSec(100), "hub-1")
+	b.Merge(a.State())
+	if a.DropRetired(atSec(99)) {
+		t.Fatal("dropped a root before its retirement")
+	}
+	if !a.DropRetired(atSec(101)) || !b.DropRetired(atSec(150)) {
+		t.Fatal("DropRetired changed nothing")
+	}
+	if a.Hash() != b.Hash() {
+		t.Fatalf("replicas that dropped at different times disagree:\n%+v\n%+v", a.State(), b.State())
+	}
+	if st := a.State(); len(st.Roots) != 1 || len(st.Tombstones) != 1 || !st.Tombstones[0].Removed.Equal(atSec(100)) {
+		t.Fatalf("state after the drop = %+v", st)
+	}
+	// A late copy of the retired root added before its end stays out.
+	if a.Add(fakeRoot("old", "cluster.local", atSec(50))) {
+		t.Fatal("a late copy of a retired root came back")
+	}
+}
+
+// A bundle without retirements hashes as before RetireAt existed, so
+// replicas of mixed versions agree during an upgrade.
+func TestTrustHashWithoutRetirementIsStable(t *testing.T) {
+	var a TrustBundle
+	a.Add(fakeRoot("aa", "cluster.local", atSec(1)))
+	before := a.Hash()
+	a.Retire("aa", atSec(2), atSec(9), "hub-1")
+	if a.Hash() == before {
+		t.Fatal("a retirement did not change the hash")
+	}
+	var b TrustBundle
+	b.Add(fakeRoot("aa", "cluster.local", atSec(1)))
+	if b.Hash() != before {
+		t.Fatal("hash not deterministic")
+	}
+}

@@ -72,7 +72,7 @@ func New(opts Options) (*Replicator, error) {
 	}
 	r := &Replicator{
 		opts: opts, own: newOwnership(opts.Self, opts.WatchReplicas), m: newMetrics(opts.Metrics),
-		trust: &trustBundle{b: federation.NewTrustBundle(), changed: make(chan struct{}, 1)},
+		trust: newTrustBundle(),
 	}
 	var err error
 	r.peers, err = federation.NewPeers(federation.PeerOptions{
@@ -170,6 +170,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	g.Go(func() error { return r.peers.Run(ctx) })
 	g.Go(func() error { return r.membership.Run(ctx) })
 	g.Go(func() error { r.runProxyStatus(ctx); return nil })
+	g.Go(func() error { r.runTrustDeadlines(ctx); return nil })
 	g.Go(func() error {
 		r.onMembers()
 		for {
@@ -375,6 +376,51 @@ func (r *Replicator) RemoveRoot(fingerprint string) bool {
 	}
 	r.publishTrust()
 	return true
+}
+
+// RetireRoot schedules the end of trust in a root of the federated bundle
+// at retireAt (federation.TrustBundle.Retire) and publishes the bundle; it
+// reports false when the bundle holds no such live root or it already
+// retires then.
+func (r *Replicator) RetireRoot(fingerprint string, retireAt time.Time) bool {
+	if !r.trust.retire(fingerprint, r.opts.Clock.Now(), retireAt, r.opts.Self) {
+		return false
+	}
+	r.publishTrust()
+	return true
+}
+
+// runTrustDeadlines wakes at each time the bundle changes by itself, a root
+// retiring or expiring: it signals TrustChanged so that the streams send
+// the smaller bundle, and turns due retirements into tombstones.
+func (r *Replicator) runTrustDeadlines(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	arm := func(next time.Time) {
+		timer.Stop()
+		if !next.IsZero() {
+			// Clock is passive: the deadline is turned into a real wait.
+			timer.Reset(max(next.Sub(r.opts.Clock.Now()), 0))
+		}
+	}
+	_, next := r.trust.tick(r.opts.Clock.Now())
+	arm(next)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.trust.rearm:
+			_, next = r.trust.tick(r.opts.Clock.Now())
+		case <-timer.C:
+			var dropped bool
+			dropped, next = r.trust.tick(r.opts.Clock.Now())
+			r.trust.notify()
+			if dropped {
+				r.publishTrust()
+			}
+		}
+		arm(next)
+	}
 }
 
 // TrustRoots returns the live, unexpired roots of the federated bundle.

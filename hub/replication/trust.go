@@ -10,16 +10,45 @@ import (
 
 // trustBundle guards a federation.TrustBundle for concurrent use.
 type trustBundle struct {
-	mu      sync.Mutex // guards b
-	b       *federation.TrustBundle
-	changed chan struct{}
+	mu sync.Mutex // guards b
+	b  *federation.TrustBundle
+	// changed is the public signal (TrustChanged); rearm wakes runTimer to
+	// look at the bundle's next retirement or expiry again.
+	changed, rearm chan struct{}
+}
+
+func newTrustBundle() *trustBundle {
+	return &trustBundle{b: federation.NewTrustBundle(), changed: make(chan struct{}, 1), rearm: make(chan struct{}, 1)}
 }
 
 func (t *trustBundle) notify() {
-	select {
-	case t.changed <- struct{}{}:
-	default:
+	for _, c := range []chan struct{}{t.changed, t.rearm} {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
+}
+
+func (t *trustBundle) retire(fp string, at, retireAt time.Time, by federation.ReplicaID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ok := t.b.Retire(fp, at, retireAt, by)
+	if ok {
+		t.notify()
+	}
+	return ok
+}
+
+// tick turns retirements due at now into tombstones and returns when the
+// bundle next changes by itself (zero: never). A root that expired or
+// retired changes Roots without any write, so it notifies either way when
+// called at a deadline.
+func (t *trustBundle) tick(now time.Time) (dropped bool, next time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	dropped = t.b.DropRetired(now)
+	return dropped, t.b.NextChange(now)
 }
 
 func (t *trustBundle) add(root federation.Root) bool {
