@@ -93,6 +93,10 @@ type Options struct {
 	// CADNSNames name the CA's serving certificate (the hub's Service
 	// names); default istiod.<ns>.svc and meshfed-hub.<ns>.svc.
 	CADNSNames []string
+	// RootRetireGrace is how long a root dropped from the CA Secret stays
+	// trusted beyond the expiry of the last leaf signed under it, for
+	// clock and reload skew between replicas (see ca.KeyStore).
+	RootRetireGrace time.Duration
 
 	Log   logr.Logger
 	Clock clock.WithTicker
@@ -121,6 +125,7 @@ func DefaultOptions() Options {
 		CAAudiences:        []string{ca.DefaultAudience},
 		WorkloadCertTTL:    24 * time.Hour,
 		MaxWorkloadCertTTL: 24 * time.Hour,
+		RootRetireGrace:    time.Minute,
 		Log:                logr.Discard(),
 		Clock:              clock.RealClock{},
 	}
@@ -151,7 +156,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	configClient, err := client.New(cfg, client.Options{Scheme: scheme})
+	configClient, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("hub: config cluster client: %w", err)
 	}
@@ -183,7 +188,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("hub: manager: %w", err)
 	}
 	provider.SetupWithManager(mgr.GetLocalManager())
-	caServer, err := newCA(ctx, opts, configClient, provider, repl.TrustRoots, repl.TrustChanged(), log, reg)
+	caServer, err := newCA(ctx, opts, configClient, provider, repl, log, reg)
 	if err != nil {
 		return err
 	}
@@ -220,9 +225,10 @@ func Run(ctx context.Context, opts Options) error {
 	g.Go(func() error { return mon.Run(ctx) })
 	g.Go(func() error { return repl.Run(ctx) })
 	if caServer != nil {
-		if err := caServer.publishRoots(opts, repl.AddRoot); err != nil {
+		if err := caServer.publishRoots(caServer.keys.Current(), nil); err != nil {
 			return err
 		}
+		g.Go(func() error { return caServer.keys.Run(ctx) })
 		g.Go(func() error { return caServer.trust.Run(ctx) })
 		g.Go(func() error { return caServer.server.Serve(ctx, opts.CAAddr) })
 	}

@@ -3,6 +3,8 @@ package hub
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,19 +20,37 @@ import (
 // the federated trust bundle.
 type workloadCA struct {
 	server *ca.Server
-	keys   *ca.Keys
+	keys   *ca.KeyStore
 	trust  *trustsvc.Service // the trust-bundle stream of the spoke shims
+	bundle trustRoots
+	opts   Options
+	log    logr.Logger
+}
+
+// trustRoots is the federated trust bundle as the CA uses it;
+// *replication.Replicator implements it.
+type trustRoots interface {
+	TrustRoots() []federation.Root
+	TrustChanged() <-chan struct{}
+	AddRoot(federation.Root) bool
+	RetireRoot(fingerprint string, at time.Time) bool
 }
 
 // newCA loads (or creates once, in the config cluster) the signing keys and
 // builds the certificate service; it returns nil when opts.CAAddr is empty.
 // Tokens are reviewed against the remote cluster each caller names, through
-// the remote secrets' credentials.
-func newCA(ctx context.Context, opts Options, c client.Client, clusters ca.ClusterConfigs, roots func() []federation.Root, rootsChanged <-chan struct{}, log logr.Logger, reg prometheus.Registerer) (*workloadCA, error) {
+// the remote secrets' credentials. Key rotations in the config cluster
+// reach the trust bundle through publishRoots.
+func newCA(ctx context.Context, opts Options, c client.WithWatch, clusters ca.ClusterConfigs, bundle trustRoots, log logr.Logger, reg prometheus.Registerer) (*workloadCA, error) {
 	if opts.CAAddr == "" {
 		return nil, nil
 	}
-	keys, err := ca.LoadOrCreateKeys(ctx, c, opts.Namespace, opts.Clock.Now(), ca.KeyOptions{TrustDomain: opts.TrustDomain})
+	w := &workloadCA{bundle: bundle, opts: opts, log: log.WithName("ca")}
+	keys, err := ca.NewKeyStore(ctx, ca.KeyStoreOptions{
+		Client: c, Namespace: opts.Namespace, Keys: ca.KeyOptions{TrustDomain: opts.TrustDomain},
+		MaxLeafTTL: opts.MaxWorkloadCertTTL, RetireGrace: opts.RootRetireGrace,
+		OnRotate: w.rotated, Clock: opts.Clock, Metrics: reg, Log: w.log,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("hub: CA keys: %w", err)
 	}
@@ -41,7 +61,7 @@ func newCA(ctx context.Context, opts Options, c client.Client, clusters ca.Clust
 		return nil, fmt.Errorf("hub: CA authenticator: %w", err)
 	}
 	trust, err := trustsvc.New(trustsvc.Options{
-		Authenticator: authn, Roots: roots, Changed: rootsChanged,
+		Authenticator: authn, Roots: bundle.TrustRoots, Changed: bundle.TrustChanged(),
 		Log: log.WithName("trustsvc"), Metrics: reg, Clock: opts.Clock,
 	})
 	if err != nil {
@@ -54,29 +74,49 @@ func newCA(ctx context.Context, opts Options, c client.Client, clusters ca.Clust
 	}
 	srv, err := ca.NewServer(ca.ServerOptions{
 		Keys: keys, Authenticator: authn, TrustDomain: opts.TrustDomain,
-		DefaultTTL: opts.WorkloadCertTTL, MaxTTL: opts.MaxWorkloadCertTTL,
-		ServingDNSNames: names, Clock: opts.Clock, Metrics: reg, Log: log.WithName("ca"),
+		TrustBundle: func() []byte { return trustsvc.BundleOf(bundle.TrustRoots()).PEM() },
+		DefaultTTL:  opts.WorkloadCertTTL, MaxTTL: opts.MaxWorkloadCertTTL,
+		ServingDNSNames: names, Clock: opts.Clock, Metrics: reg, Log: w.log,
 		Services: []func(grpc.ServiceRegistrar){trust.Register},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hub: CA: %w", err)
 	}
-	log.Info("workload CA ready", "keys", keys.Source(), "trustDomain", opts.TrustDomain)
-	return &workloadCA{server: srv, keys: keys, trust: trust}, nil
+	w.server, w.keys, w.trust = srv, keys, trust
+	log.Info("workload CA ready", "keys", keys.Current().Source(), "trustDomain", opts.TrustDomain)
+	return w, nil
 }
 
-// publishRoots adds the CA's roots to the federated trust bundle, so every
-// replica (and every hub of another config cluster in the federation)
-// trusts them.
-func (w *workloadCA) publishRoots(opts Options, add func(federation.Root) bool) error {
-	roots, err := federation.ParseRootPEM(w.keys.RootsPEM(), opts.TrustDomain, federation.ReplicaID(opts.ReplicaID), opts.Clock.Now())
+// publishRoots adds the roots of keys to the federated trust bundle, so
+// every replica (and every hub of another config cluster in the
+// federation) trusts them: all of them when only is nil, else those whose
+// fingerprints only lists.
+func (w *workloadCA) publishRoots(keys *ca.Keys, only []string) error {
+	roots, err := federation.ParseRootPEM(keys.RootsPEM(), w.opts.TrustDomain, federation.ReplicaID(w.opts.ReplicaID), w.opts.Clock.Now())
 	if err != nil {
 		return fmt.Errorf("hub: CA roots: %w", err)
 	}
 	for _, r := range roots {
-		add(r)
+		if only == nil || slices.Contains(only, r.Fingerprint) {
+			w.bundle.AddRoot(r)
+		}
 	}
 	return nil
+}
+
+// rotated brings the trust bundle in line with rotated CA keys: new roots
+// join at once, dropped ones retire when their last leaves expire.
+func (w *workloadCA) rotated(rot ca.Rotation) {
+	if len(rot.Added) > 0 {
+		if err := w.publishRoots(rot.New, rot.Added); err != nil {
+			w.log.Error(err, "new CA roots not added to the trust bundle")
+		}
+	}
+	for _, r := range rot.Retired {
+		if w.bundle.RetireRoot(r.Fingerprint, r.At) {
+			w.log.Info("CA root retiring", "root", r.Fingerprint, "at", r.At.UTC())
+		}
+	}
 }
 
 // Trustz is the JSON document of /debug/trustz: the federated trust bundle.
@@ -90,16 +130,22 @@ type TrustzRoot struct {
 	Fingerprint string `json:"fingerprint"`
 	Source      string `json:"source"`
 	NotAfter    string `json:"notAfter"`
-	PEM         string `json:"pem"`
+	// RetireAt is when the root leaves the bundle after a rotation.
+	RetireAt string `json:"retireAt,omitempty"`
+	PEM      string `json:"pem"`
 }
 
 func trustz(roots []federation.Root) Trustz {
 	out := Trustz{Roots: []TrustzRoot{}}
 	for _, r := range roots {
-		out.Roots = append(out.Roots, TrustzRoot{
+		tr := TrustzRoot{
 			TrustDomain: r.TrustDomain, Fingerprint: r.Fingerprint, Source: string(r.Source),
-			NotAfter: r.NotAfter.UTC().Format("2006-01-02T15:04:05Z"), PEM: string(r.PEM),
-		})
+			NotAfter: r.NotAfter.UTC().Format(time.RFC3339), PEM: string(r.PEM),
+		}
+		if !r.RetireAt.IsZero() {
+			tr.RetireAt = r.RetireAt.UTC().Format(time.RFC3339)
+		}
+		out.Roots = append(out.Roots, tr)
 	}
 	return out
 }

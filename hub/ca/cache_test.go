@@ -122,7 +122,7 @@ func TestServingCertRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := testingclock.NewFakePassiveClock(start)
-	c := &servingCert{keys: keys, clock: clk, ttl: time.Hour, dns: []string{"meshfed-hub.istio-system.svc"}}
+	c := &servingCert{source: keys, clock: clk, ttl: time.Hour, dns: []string{"meshfed-hub.istio-system.svc"}}
 	first, err := c.get(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ type remoteCluster struct {
 	env  *envtest.Environment
 	cfg  *rest.Config
 	kube kubernetes.Interface
-	ctrl client.Client
+	ctrl client.WithWatch
 }
 
 // fleet is the two remote clusters; cluster-1 is also the config cluster.
@@ -126,7 +126,7 @@ func newFleet() (*fleet, error) {
 			f.stop()
 			return nil, err
 		}
-		if c.ctrl, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		if c.ctrl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 			f.stop()
 			return nil, err
 		}

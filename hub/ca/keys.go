@@ -3,10 +3,13 @@ package ca
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -99,8 +102,15 @@ type Keys struct {
 	intermediates []string // PEM, issuing CA first; empty when it is a root
 	rootsPEM      []byte
 	roots         *x509.CertPool
-	source        string
+	rootCerts     []*x509.Certificate
+	// signingRoots are the fingerprints of the roots the CA chains to:
+	// the roots under which its leaves verify.
+	signingRoots []string
+	source       string
 }
+
+// Current returns k itself: fixed Keys are a KeySource.
+func (k *Keys) Current() *Keys { return k }
 
 // CA is the signer of workload leaves.
 func (k *Keys) CA() *pki.CA { return k.ca }
@@ -183,13 +193,19 @@ func KeysFromPEM(certPEM, keyPEM, chainPEM, rootsPEM []byte, now time.Time) (*Ke
 	for _, c := range inter {
 		mid.AddCert(c)
 	}
-	if _, err := ca.Cert.Verify(x509.VerifyOptions{
+	chains, err := ca.Cert.Verify(x509.VerifyOptions{
 		Roots: pool, Intermediates: mid, CurrentTime: now,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("%w: CA %q does not chain to the roots: %w", ErrInvalidCASecret, ca.Cert.Subject, err)
 	}
-	k := &Keys{ca: ca, roots: pool, source: "memory"}
+	k := &Keys{ca: ca, roots: pool, rootCerts: roots, source: "memory"}
+	for _, c := range chains {
+		if fp := Fingerprint(c[len(c)-1]); !slices.Contains(k.signingRoots, fp) {
+			k.signingRoots = append(k.signingRoots, fp)
+		}
+	}
 	for _, c := range inter {
 		k.intermediates = append(k.intermediates, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})))
 	}
@@ -197,6 +213,32 @@ func KeysFromPEM(certPEM, keyPEM, chainPEM, rootsPEM []byte, now time.Time) (*Ke
 		k.rootsPEM = append(k.rootsPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.Raw})...)
 	}
 	return k, nil
+}
+
+// Fingerprint is the lower-case hex SHA-256 of a certificate's DER, as the
+// federated trust bundle names roots.
+func Fingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// RootFingerprints returns the fingerprints of the roots, in RootsPEM order.
+func (k *Keys) RootFingerprints() []string {
+	out := make([]string, 0, len(k.rootCerts))
+	for _, r := range k.rootCerts {
+		out = append(out, Fingerprint(r))
+	}
+	return out
+}
+
+// SigningRoots returns the fingerprints of the roots the signing CA chains
+// to: the roots a leaf signed now is verified with.
+func (k *Keys) SigningRoots() []string { return slices.Clone(k.signingRoots) }
+
+// Equal reports whether k and o sign with the same CA, send the same chain
+// and trust the same roots.
+func (k *Keys) Equal(o *Keys) bool {
+	return k.ca.Cert.Equal(o.ca.Cert) && slices.Equal(k.intermediates, o.intermediates) && bytes.Equal(k.rootsPEM, o.rootsPEM)
 }
 
 // LoadOrCreateKeys returns the signing CA kept in namespace ns of the

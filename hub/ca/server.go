@@ -1,12 +1,15 @@
 package ca
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,8 +39,16 @@ const (
 // ServerOptions configure a Server. DefaultServerOptions gives the defaults
 // of everything but Keys and Authenticator.
 type ServerOptions struct {
-	// Keys sign the certificates. Required.
-	Keys *Keys
+	// Keys sign the certificates: fixed *Keys, or a *KeyStore that follows
+	// the CA Secrets (each request and each serving certificate uses the
+	// keys current at that time). Required.
+	Keys KeySource
+	// TrustBundle, when set, returns the roots workloads should trust, PEM:
+	// the federated trust bundle, every trust domain's roots. A response
+	// carries them with the CA's own roots (kept even when the bundle has
+	// not caught up with them yet), so a workload trusts peers of other
+	// config clusters and roots on their way in or out of a rotation.
+	TrustBundle func() []byte
 	// Authenticator proves the caller's identity. Required.
 	Authenticator TokenAuthenticator
 	// TrustDomain of the SPIFFE IDs issued. Default cluster.local.
@@ -133,7 +144,7 @@ type Server struct {
 
 // NewServer returns a Server. It does no I/O.
 func NewServer(opts ServerOptions) (*Server, error) {
-	if opts.Keys == nil || opts.Authenticator == nil {
+	if opts.Keys == nil || opts.Keys.Current() == nil || opts.Authenticator == nil {
 		return nil, errors.New("ca: ServerOptions.Keys and Authenticator are required")
 	}
 	opts = opts.withDefaults()
@@ -167,7 +178,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 			}
 		}
 	}
-	s.serving = &servingCert{keys: opts.Keys, clock: opts.Clock, ttl: opts.ServingCertTTL,
+	s.serving = &servingCert{source: opts.Keys, clock: opts.Clock, ttl: opts.ServingCertTTL,
 		dns: append([]string{"localhost"}, opts.ServingDNSNames...),
 		ips: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, opts.ServingIPs...)}
 	return s, nil
@@ -218,7 +229,8 @@ func (s *Server) create(ctx context.Context, req *pb.IstioCertificateRequest) ([
 	if err != nil {
 		return nil, id, err
 	}
-	leaf, err := s.opts.Keys.CA().SignCSR(csr, pki.IssueOptions{
+	keys := s.opts.Keys.Current()
+	leaf, err := keys.CA().SignCSR(csr, pki.IssueOptions{
 		URIs:     []*url.URL{id.SPIFFEID(s.opts.TrustDomain)},
 		Validity: s.ttl(req.GetValidityDuration()),
 		Server:   true,
@@ -229,11 +241,37 @@ func (s *Server) create(ctx context.Context, req *pb.IstioCertificateRequest) ([
 		return nil, id, fmt.Errorf("ca: signing for %s: %w", id, err)
 	}
 	s.signDur.Observe(s.opts.Clock.Since(start).Seconds())
-	chain := make([]string, 0, len(s.opts.Keys.Chain())+2)
+	chain := make([]string, 0, len(keys.Chain())+2)
 	chain = append(chain, string(leaf))
-	chain = append(chain, s.opts.Keys.Chain()...)
-	chain = append(chain, string(s.opts.Keys.RootsPEM()))
+	chain = append(chain, keys.Chain()...)
+	roots := keys.RootsPEM()
+	if s.opts.TrustBundle != nil {
+		roots = unionPEM(roots, s.opts.TrustBundle())
+	}
+	chain = append(chain, string(roots))
 	return chain, id, nil
+}
+
+// unionPEM returns the PEM blocks of a followed by those of b that a does
+// not hold; text outside blocks is dropped.
+func unionPEM(a, b []byte) []byte {
+	var out []byte
+	var seen [][]byte
+	for _, in := range [][]byte{a, b} {
+		for {
+			var block *pem.Block
+			block, in = pem.Decode(in)
+			if block == nil {
+				break
+			}
+			if slices.ContainsFunc(seen, func(d []byte) bool { return bytes.Equal(d, block.Bytes) }) {
+				continue
+			}
+			seen = append(seen, block.Bytes)
+			out = append(out, pem.EncodeToMemory(block)...)
+		}
+	}
+	return out
 }
 
 // ttl is the requested lifetime in seconds, the default when none, cut to
@@ -311,7 +349,7 @@ func (s *Server) ServeListener(ctx context.Context, lis net.Listener) error {
 	for _, register := range s.opts.Services {
 		register(srv)
 	}
-	s.opts.Log.Info("serving the certificate API", "addr", lis.Addr().String(), "keys", s.opts.Keys.Source())
+	s.opts.Log.Info("serving the certificate API", "addr", lis.Addr().String(), "keys", s.opts.Keys.Current().Source())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	select {

@@ -12,17 +12,20 @@ import (
 	"github.com/meshfed/meshfed/pkg/pki"
 )
 
-// servingCert is the CA server's own TLS certificate, issued from its Keys
-// on first use and again once half its lifetime has passed.
+// servingCert is the CA server's own TLS certificate, issued from the
+// current keys on first use, again once half its lifetime has passed, and
+// at once when the keys rotate (workloads learn the new root from the trust
+// bundle before the CA signs with it).
 type servingCert struct {
-	keys  *Keys
-	clock clock.PassiveClock
-	ttl   time.Duration
-	dns   []string
-	ips   []net.IP
+	source KeySource
+	clock  clock.PassiveClock
+	ttl    time.Duration
+	dns    []string
+	ips    []net.IP
 
-	mu      sync.Mutex // guards cert and renewAt
+	mu      sync.Mutex // guards cert, keys and renewAt
 	cert    *tls.Certificate
+	keys    *Keys // that issued cert
 	renewAt time.Time
 }
 
@@ -31,10 +34,11 @@ func (c *servingCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock.Now()
-	if c.cert != nil && now.Before(c.renewAt) {
+	keys := c.source.Current()
+	if c.cert != nil && c.keys == keys && now.Before(c.renewAt) {
 		return c.cert, nil
 	}
-	certPEM, keyPEM, err := c.keys.CA().Issue(pki.IssueOptions{
+	certPEM, keyPEM, err := keys.CA().Issue(pki.IssueOptions{
 		CommonName: "meshfed-ca",
 		DNSNames:   c.dns,
 		IPs:        c.ips,
@@ -45,13 +49,13 @@ func (c *servingCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ca: serving certificate: %w", err)
 	}
-	for _, p := range c.keys.Chain() {
+	for _, p := range keys.Chain() {
 		certPEM = append(certPEM, p...)
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("ca: serving certificate: %w", err)
 	}
-	c.cert, c.renewAt = &cert, now.Add(c.ttl/2)
+	c.cert, c.keys, c.renewAt = &cert, keys, now.Add(c.ttl/2)
 	return c.cert, nil
 }
