@@ -1,5 +1,6 @@
-// Package trustsvc serves the federated trust bundle to the spoke shims:
-// the hub side of pkg/trustapi (meshfed.trust.v1.TrustBundle/Watch).
+// Package trustsvc serves the federated trust bundle to the spoke shims
+// and the workload agents: the hub side of pkg/trustapi
+// (meshfed.trust.v1.TrustBundle/Watch).
 //
 // A spoke opens one Watch stream, authenticated like a CSR to the CA (its
 // service account token in authorization: Bearer, its cluster in the
@@ -12,7 +13,9 @@
 // The Service also remembers every spoke that connected: its cluster,
 // version (x-meshfed-spoke-version metadata), when it connected, when it was
 // last seen, and whether a stream is open now (Spokes), for meshfedctl
-// remote-clusters.
+// remote-clusters. Workload agents (x-meshfed-client: agent) are served the
+// same bundle but are not spokes: they are counted only in
+// meshfed_hub_trust_streams{client="agent"}.
 package trustsvc
 
 import (
@@ -58,8 +61,8 @@ type Options struct {
 	Changed <-chan struct{}
 	// Log receives structured logs.
 	Log logr.Logger
-	// Metrics, when set, receives meshfed_hub_trust_streams and
-	// meshfed_hub_trust_pushes_total{result}.
+	// Metrics, when set, receives meshfed_hub_trust_streams{client} (client
+	// "spoke" or "agent") and meshfed_hub_trust_pushes_total{result}.
 	Metrics prometheus.Registerer
 	// Clock dates the spokes' status. Default the real clock.
 	Clock clock.PassiveClock
@@ -92,7 +95,7 @@ type Service struct {
 	notify chan struct{} // closed and replaced on every change
 	spokes map[model.ClusterID]*SpokeStatus
 
-	streams prometheus.Gauge
+	streams *prometheus.GaugeVec
 	pushes  *prometheus.CounterVec
 }
 
@@ -111,11 +114,12 @@ func New(opts Options) (*Service, error) {
 		opts:   opts,
 		notify: make(chan struct{}),
 		spokes: map[model.ClusterID]*SpokeStatus{},
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "meshfed_hub_trust_streams", Help: "Open trust-bundle Watch streams of spoke shims.",
-		}),
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshfed_hub_trust_streams",
+			Help: "Open trust-bundle Watch streams, by client: spoke (spoke shims) or agent (workload agents).",
+		}, []string{"client"}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "meshfed_hub_trust_pushes_total", Help: "Trust bundles sent to spoke shims, by result.",
+			Name: "meshfed_hub_trust_pushes_total", Help: "Trust bundles sent to spoke shims and workload agents, by result.",
 		}, []string{"result"}),
 	}
 	if opts.Metrics != nil {
@@ -191,6 +195,7 @@ func (s *Service) Watch(_ *wrapperspb.BytesValue, stream grpc.ServerStreamingSer
 	if err != nil {
 		return status.Error(codes.Unauthenticated, err.Error())
 	}
+	client := clientOf(ctx)
 	id, err := s.opts.Authenticator.Authenticate(ctx, cluster, token)
 	if err != nil {
 		s.opts.Log.V(1).Info("trust bundle watch refused", "cluster", cluster, "err", err.Error())
@@ -203,10 +208,21 @@ func (s *Service) Watch(_ *wrapperspb.BytesValue, stream grpc.ServerStreamingSer
 			return status.Error(codes.Unavailable, err.Error())
 		}
 	}
-	s.connected(cluster, id, version)
-	defer s.disconnected(cluster)
-	log := s.opts.Log.WithValues("cluster", cluster, "spokeVersion", version)
-	log.Info("spoke watching the trust bundle", "identity", id.String())
+	streams := s.streams.WithLabelValues(client)
+	streams.Inc()
+	defer streams.Dec()
+	spoke := client == trustapi.ClientSpoke
+	var log logr.Logger
+	if spoke {
+		s.connected(cluster, id, version)
+		defer s.disconnected(cluster)
+		log = s.opts.Log.WithValues("cluster", cluster, "spokeVersion", version)
+		log.Info("spoke watching the trust bundle", "identity", id.String())
+	} else {
+		// One per workload: too many to log at the default level.
+		log = s.opts.Log.WithValues("cluster", cluster, "client", client, "identity", id.String())
+		log.V(1).Info("agent watching the trust bundle")
+	}
 
 	var sent string
 	for {
@@ -224,7 +240,9 @@ func (s *Service) Watch(_ *wrapperspb.BytesValue, stream grpc.ServerStreamingSer
 			}
 			s.pushes.WithLabelValues("sent").Inc()
 			sent = b.Version
-			s.sent(cluster, sent)
+			if spoke {
+				s.sent(cluster, sent)
+			}
 			log.V(1).Info("sent trust bundle", "version", sent, "roots", len(b.Roots))
 		}
 		select {
@@ -236,7 +254,6 @@ func (s *Service) Watch(_ *wrapperspb.BytesValue, stream grpc.ServerStreamingSer
 }
 
 func (s *Service) connected(c model.ClusterID, id ca.Identity, version string) {
-	s.streams.Inc()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.spokes[c]
@@ -250,7 +267,6 @@ func (s *Service) connected(c model.ClusterID, id ca.Identity, version string) {
 }
 
 func (s *Service) disconnected(c model.ClusterID) {
-	s.streams.Dec()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.spokes[c]; st != nil {
@@ -283,6 +299,17 @@ func (s *Service) Spokes() []SpokeStatus {
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b SpokeStatus) int { return strings.Compare(string(a.Cluster), string(b.Cluster)) })
 	return out
+}
+
+// clientOf reads the x-meshfed-client metadata: trustapi.ClientAgent, or
+// trustapi.ClientSpoke for anything else (absent from older spokes). The
+// result is a metric label, so it has only these two values.
+func clientOf(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(trustapi.MetadataClient); len(v) > 0 && strings.TrimSpace(v[0]) == trustapi.ClientAgent {
+		return trustapi.ClientAgent
+	}
+	return trustapi.ClientSpoke
 }
 
 // credentialsFrom reads cluster, bearer token and spoke version.

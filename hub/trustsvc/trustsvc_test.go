@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -52,11 +55,17 @@ func root(fp string) federation.Root {
 
 func start(t *testing.T) (*trustsvc.Service, *bundle, chan struct{}, *grpc.ClientConn) {
 	t.Helper()
+	return startWith(t, nil)
+}
+
+// startWith is start with metrics registered on reg (when not nil).
+func startWith(t *testing.T, reg prometheus.Registerer) (*trustsvc.Service, *bundle, chan struct{}, *grpc.ClientConn) {
+	t.Helper()
 	b := &bundle{roots: []federation.Root{root("aa")}}
 	changed := make(chan struct{}, 1)
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
-	svc, err := trustsvc.Register(srv, trustsvc.Options{Authenticator: fakeAuthn{}, Roots: b.get, Changed: changed})
+	svc, err := trustsvc.Register(srv, trustsvc.Options{Authenticator: fakeAuthn{}, Roots: b.get, Changed: changed, Metrics: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +171,47 @@ func TestWatchFanOut(t *testing.T) {
 	}
 	if sp := svc.Spokes(); !sp[1].Healthy || sp[0].LastSeen.IsZero() {
 		t.Errorf("Spokes after close = %+v", sp)
+	}
+}
+
+// TestAgentsAreNotSpokes: a workload agent (x-meshfed-client: agent) is
+// served the bundle like a spoke, but only spokes (with "spoke" or, as
+// older spokes do, without the key) are listed by Spokes; the stream gauge
+// tells the two apart.
+func TestAgentsAreNotSpokes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	svc, _, _, cc := startWith(t, reg)
+	asAgent := metadata.AppendToOutgoingContext(t.Context(), trustapi.MetadataClient, trustapi.ClientAgent)
+	sa, err := watch(asAgent, cc, "cluster-1", "good", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recv(t, sa); len(got.Roots) != 1 || got.Roots[0].Fingerprint != "aa" {
+		t.Fatalf("agent's bundle = %+v", got)
+	}
+	asSpoke := metadata.AppendToOutgoingContext(t.Context(), trustapi.MetadataClient, trustapi.ClientSpoke)
+	for _, tc := range []struct {
+		ctx     context.Context
+		cluster string
+	}{{asSpoke, "cluster-2"}, {t.Context(), "cluster-3"}} {
+		st, err := watch(tc.ctx, cc, tc.cluster, "good", "v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, st)
+	}
+	sp := svc.Spokes()
+	if len(sp) != 2 || sp[0].Cluster != "cluster-2" || sp[1].Cluster != "cluster-3" || !sp[0].Healthy || sp[0].BundleVersion == "" {
+		t.Fatalf("Spokes = %+v, want cluster-2 and cluster-3 only", sp)
+	}
+	want := `
+# HELP meshfed_hub_trust_streams Open trust-bundle Watch streams, by client: spoke (spoke shims) or agent (workload agents).
+# TYPE meshfed_hub_trust_streams gauge
+meshfed_hub_trust_streams{client="agent"} 1
+meshfed_hub_trust_streams{client="spoke"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "meshfed_hub_trust_streams"); err != nil {
+		t.Error(err)
 	}
 }
 

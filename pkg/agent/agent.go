@@ -43,10 +43,13 @@ type Options struct {
 	// CAAddr is the CA's gRPC address, host:port. Required.
 	CAAddr string
 	// CARoots verify the CA's TLS certificate. Required: a workload must
-	// not send its token to a CA it cannot authenticate.
+	// not send its token to a CA it cannot authenticate. The roots the
+	// agent later receives from the CA (trust bundle, CreateCertificate
+	// responses) are trusted besides them, so that the CA may move its
+	// serving certificate to a new root announced in the bundle.
 	CARoots *x509.CertPool
-	// ServerName is the name checked in the CA's certificate; default the
-	// host of CAAddr.
+	// ServerName is the name checked in the CA's certificate, and sent as
+	// SNI; default the host of CAAddr.
 	ServerName string
 	// ClusterID is the workload's cluster, sent as "ClusterID" metadata:
 	// the CA reviews the token with that cluster's apiserver. Required.
@@ -71,11 +74,14 @@ type Options struct {
 	// RetryInitial and RetryMax bound the exponential backoff after a
 	// failed request. Default 1s and 1m.
 	RetryInitial, RetryMax time.Duration
-	// RequestTimeout bounds one CreateCertificate call. Default 30s.
+	// RequestTimeout bounds one CreateCertificate call (not the trust
+	// bundle stream, which stays open). Default 30s.
 	RequestTimeout time.Duration
-	// DialOptions are added to the agent's own (TLS with CARoots).
+	// DialOptions are added to the agent's own (TLS, verified as CARoots
+	// says).
 	DialOptions []grpc.DialOption
-	// Clock drives renewal and retries. Default the real clock.
+	// Clock drives renewal and retries, and dates the verification of
+	// certificates. Default the real clock.
 	Clock clock.WithTicker
 	Log   logr.Logger
 }
@@ -156,7 +162,9 @@ type Bundle struct {
 	CertChainPEM []byte
 	// KeyPEM is the leaf's private key, PKCS #8.
 	KeyPEM []byte
-	// RootsPEM are the roots the CA sent, to trust peers with.
+	// RootsPEM are the roots to trust peers with: those the CA sent with
+	// the certificate, or those of a newer trust bundle (see Agent). They
+	// are what root-cert.pem holds.
 	RootsPEM []byte
 	// Leaf is the parsed leaf certificate.
 	Leaf *x509.Certificate
@@ -167,14 +175,39 @@ func (b *Bundle) TLSCertificate() (tls.Certificate, error) {
 	return tls.X509KeyPair(b.CertChainPEM, b.KeyPEM)
 }
 
-// Agent keeps one workload certificate fresh. Create it with New, run it
-// with Run; Current and Ready may be called concurrently with Run.
+// Agent keeps one workload certificate and its roots fresh. Create it with
+// New, run it with Run; Current, Ready, Issued and RootsUpdated may be
+// called concurrently with Run.
+//
+// The roots written are the newest the agent received: those of the latest
+// CreateCertificate response, or those of a trust bundle that arrived after
+// it, whichever came last.
 type Agent struct {
-	opts      Options
-	current   atomic.Pointer[Bundle]
-	ready     chan struct{}
-	readyOnce sync.Once
-	issued    atomic.Int64
+	opts       Options
+	serverName string // checked in the CA's certificate
+
+	current      atomic.Pointer[Bundle]
+	ready        chan struct{}
+	readyOnce    sync.Once
+	issued       atomic.Int64
+	rootsUpdated atomic.Int64
+
+	// trust verifies the CA's TLS certificate: CARoots, csrRoots and
+	// bundleRoots. Replaced (under mu) whenever one of them changes; read
+	// without the lock by every handshake.
+	trust atomic.Pointer[x509.CertPool]
+
+	// mu serializes publishing: writing a generation to Dir and storing
+	// current, so that a root-only rewrite never puts the leaf of one
+	// generation beside the key of another. It also guards the fields below.
+	mu sync.Mutex
+	// csrRoots are the roots of the latest CreateCertificate response.
+	csrRoots []*x509.Certificate
+	// bundleRoots are the roots of the latest accepted trust bundle; nil
+	// before one.
+	bundleRoots []*x509.Certificate
+	// writtenRoots are the roots of current (and of root-cert.pem).
+	writtenRoots []*x509.Certificate
 }
 
 // New returns an agent. It does no I/O.
@@ -183,7 +216,15 @@ func New(opts Options) (*Agent, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	return &Agent{opts: opts, ready: make(chan struct{})}, nil
+	a := &Agent{opts: opts, serverName: opts.ServerName, ready: make(chan struct{})}
+	if a.serverName == "" {
+		a.serverName = hostOf(opts.CAAddr)
+	}
+	if a.serverName == "" {
+		return nil, fmt.Errorf("%w: no ServerName, and none in CAAddr %q", ErrInvalidOptions, opts.CAAddr)
+	}
+	a.trust.Store(opts.CARoots.Clone())
+	return a, nil
 }
 
 // Run is New followed by Agent.Run.
@@ -195,7 +236,8 @@ func Run(ctx context.Context, opts Options) error {
 	return a.Run(ctx)
 }
 
-// Current returns the latest certificate, or nil before the first.
+// Current returns the latest certificate with the roots written beside it
+// (the newest received), or nil before the first certificate.
 func (a *Agent) Current() *Bundle { return a.current.Load() }
 
 // Ready is closed once the first certificate is in place (written to Dir
@@ -205,26 +247,49 @@ func (a *Agent) Ready() <-chan struct{} { return a.ready }
 // Issued counts the certificates obtained so far.
 func (a *Agent) Issued() int64 { return a.issued.Load() }
 
+// RootsUpdated counts the rewrites of the roots alone (same certificate and
+// key) after a trust bundle brought different roots.
+func (a *Agent) RootsUpdated() int64 { return a.rootsUpdated.Load() }
+
 // Run obtains a certificate, writes it, and renews it until ctx ends; then
-// it returns nil. Failures are logged and retried with backoff; only
-// invalid options end it early.
+// it returns nil. Meanwhile it watches the CA's trust bundle
+// (meshfed.trust.v1.TrustBundle/Watch) on the same connection and rewrites
+// the roots when they change. Failures are logged and retried with backoff;
+// only invalid options end it early.
 func (a *Agent) Run(ctx context.Context) error {
-	tlsCfg := &tls.Config{RootCAs: a.opts.CARoots, ServerName: a.opts.ServerName, MinVersion: tls.VersionTLS12}
+	tlsCfg := &tls.Config{
+		ServerName: a.opts.ServerName,
+		MinVersion: tls.VersionTLS12,
+		// The roots to verify the CA with change at run time (the trust
+		// bundle), but RootCAs is fixed once a connection is configured:
+		// crypto/tls's own verification is turned off and verifyCA does
+		// the same checks against the roots of the moment instead.
+		InsecureSkipVerify: true, // verified by verifyCA, not skipped
+		VerifyConnection:   a.verifyCA,
+	}
 	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}, a.opts.DialOptions...)
 	conn, err := grpc.NewClient(a.opts.CAAddr, dial...)
 	if err != nil {
 		return fmt.Errorf("%w: CA address %q: %w", ErrInvalidOptions, a.opts.CAAddr, err)
 	}
 	defer conn.Close()
-	client := pb.NewIstioCertificateServiceClient(conn)
 	log := a.opts.Log.WithValues("ca", a.opts.CAAddr, "cluster", a.opts.ClusterID)
+	var wg sync.WaitGroup
+	defer wg.Wait() // before conn.Close
+	wg.Go(func() { a.watchRoots(ctx, conn, log) })
+	a.renewLoop(ctx, pb.NewIstioCertificateServiceClient(conn), log)
+	return nil
+}
+
+// renewLoop obtains and renews the certificate until ctx ends.
+func (a *Agent) renewLoop(ctx context.Context, client pb.IstioCertificateServiceClient, log logr.Logger) {
 	retry := a.opts.RetryInitial
 	for {
 		var wait time.Duration
 		b, err := a.renew(ctx, client)
 		switch {
 		case ctx.Err() != nil:
-			return nil
+			return
 		case err != nil:
 			wait, retry = retry, min(2*retry, a.opts.RetryMax)
 			log.Error(err, "certificate request failed", "retryIn", wait)
@@ -237,7 +302,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil
+			return
 		case <-t.C():
 		}
 	}
@@ -289,37 +354,60 @@ func (a *Agent) renew(ctx context.Context, client pb.IstioCertificateServiceClie
 	if err != nil {
 		return nil, fmt.Errorf("agent: key: %w", err)
 	}
-	b, err := newBundle(resp.GetCertChain(), key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), a.opts.Clock.Now())
+	b, roots, err := newBundle(resp.GetCertChain(), key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), a.opts.Clock.Now())
 	if err != nil {
 		return nil, err
 	}
-	if a.opts.Dir != "" {
-		if err := writeGeneration(a.opts.Dir, []file{
-			{RootCertFile, b.RootsPEM, 0o644},
-			{KeyFile, b.KeyPEM, 0o600},
-			{CertChainFile, b.CertChainPEM, 0o644},
-		}); err != nil {
-			return nil, err
-		}
+	if err := a.publishIssued(b, roots); err != nil {
+		return nil, err
 	}
-	a.current.Store(b)
 	a.issued.Add(1)
 	a.readyOnce.Do(func() { close(a.ready) })
 	return b, nil
 }
 
+// publishIssued writes and stores a new certificate with the roots of its
+// response, the newest roots now.
+func (a *Agent) publishIssued(b *Bundle, roots []*x509.Certificate) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// The response came over a verified connection: its roots are trusted
+	// even if writing fails.
+	a.csrRoots = roots
+	a.refreshTrustLocked()
+	if err := a.writeLocked(b); err != nil {
+		return err
+	}
+	a.current.Store(b)
+	a.writtenRoots = roots
+	return nil
+}
+
+// writeLocked writes b to Dir, when one is set, as one generation.
+func (a *Agent) writeLocked(b *Bundle) error {
+	if a.opts.Dir == "" {
+		return nil
+	}
+	return writeGeneration(a.opts.Dir, []file{
+		{RootCertFile, b.RootsPEM, 0o644},
+		{KeyFile, b.KeyPEM, 0o600},
+		{CertChainFile, b.CertChainPEM, 0o644},
+	})
+}
+
 // newBundle checks a CreateCertificate chain, [leaf, intermediates...,
-// roots], against the key it was asked for and at now.
-func newBundle(chain []string, key *ecdsa.PrivateKey, keyPEM []byte, now time.Time) (*Bundle, error) {
+// roots], against the key it was asked for and at now. It returns the
+// roots parsed too.
+func newBundle(chain []string, key *ecdsa.PrivateKey, keyPEM []byte, now time.Time) (*Bundle, []*x509.Certificate, error) {
 	if len(chain) < 2 {
-		return nil, fmt.Errorf("%w: chain of %d elements, want the leaf and the roots at least", ErrInvalidResponse, len(chain))
+		return nil, nil, fmt.Errorf("%w: chain of %d elements, want the leaf and the roots at least", ErrInvalidResponse, len(chain))
 	}
 	var certs []*x509.Certificate
 	var chainPEM []byte
 	for _, s := range chain[:len(chain)-1] {
 		cs, err := parseCerts([]byte(s))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		certs = append(certs, cs...)
 		for _, c := range cs {
@@ -328,11 +416,11 @@ func newBundle(chain []string, key *ecdsa.PrivateKey, keyPEM []byte, now time.Ti
 	}
 	roots, err := parseCerts([]byte(chain[len(chain)-1]))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	leaf := certs[0]
 	if !key.PublicKey.Equal(leaf.PublicKey) {
-		return nil, fmt.Errorf("%w: the leaf is not for the requested key", ErrInvalidResponse)
+		return nil, nil, fmt.Errorf("%w: the leaf is not for the requested key", ErrInvalidResponse)
 	}
 	rootPool, mid := x509.NewCertPool(), x509.NewCertPool()
 	var rootsPEM bytes.Buffer
@@ -345,9 +433,9 @@ func newBundle(chain []string, key *ecdsa.PrivateKey, keyPEM []byte, now time.Ti
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: rootPool, Intermediates: mid, CurrentTime: now,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidResponse, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidResponse, err)
 	}
-	return &Bundle{CertChainPEM: chainPEM, KeyPEM: keyPEM, RootsPEM: rootsPEM.Bytes(), Leaf: leaf}, nil
+	return &Bundle{CertChainPEM: chainPEM, KeyPEM: keyPEM, RootsPEM: rootsPEM.Bytes(), Leaf: leaf}, roots, nil
 }
 
 // parseCerts reads the PEM certificates of data, at least one.

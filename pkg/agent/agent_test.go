@@ -2,43 +2,65 @@ package agent_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
 	"errors"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	pb "istio.io/api/security/v1alpha1"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/trustapi"
 )
 
 // fakeCA is a tiny IstioCertificateService: it signs every CSR with
 // pkg/pki for a fixed SPIFFE ID at the fake clock's time, and can be told
-// to fail or to misbehave.
+// to fail or to misbehave. It serves a trust bundle (TrustBundle/Watch)
+// too, unless started without.
 type fakeCA struct {
 	pb.UnimplementedIstioCertificateServiceServer
 	ca    *pki.CA
 	clock *testingclock.FakeClock
+
+	serving atomic.Pointer[tls.Certificate] // the TLS certificate served
+	lis     *trackingListener
+	creds   *countingCreds
 
 	mu       sync.Mutex // guards the fields below
 	calls    int
 	failNext int  // calls still to fail with Unavailable
 	wrongKey bool // sign a key other than the CSR's
 	md       metadata.MD
+
+	bundle      *trustapi.Bundle // nil: Watch sends nothing yet
+	bundleSeq   int              // incremented by every setBundle
+	bundleWake  chan struct{}    // closed and replaced by every setBundle
+	watches     int              // Watch calls
+	watching    int              // open Watch streams
+	watchMD     metadata.MD      // of the latest Watch
+	sentSeq     int              // latest bundleSeq sent on any stream
+	unknownCall int              // calls of unregistered services
 }
 
 const workloadID = "spiffe://cluster.local/ns/demo/sa/echo"
@@ -71,21 +93,78 @@ func (f *fakeCA) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	return &pb.IstioCertificateResponse{CertChain: []string{string(leaf), string(f.ca.CertPEM)}}, nil
 }
 
-func (f *fakeCA) state() (calls int, md metadata.MD) {
+// Watch sends every bundle set with setBundle, once per stream, the current
+// one first.
+func (f *fakeCA) Watch(_ *wrapperspb.BytesValue, st grpc.ServerStreamingServer[wrapperspb.BytesValue]) error {
+	md, _ := metadata.FromIncomingContext(st.Context())
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls, f.md
+	f.watches++
+	f.watching++
+	f.watchMD = md
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.watching--
+		f.mu.Unlock()
+	}()
+	sent := 0
+	for {
+		f.mu.Lock()
+		b, seq, wake := f.bundle, f.bundleSeq, f.bundleWake
+		f.mu.Unlock()
+		if b != nil && seq != sent {
+			m, err := trustapi.Encode(*b)
+			if err != nil {
+				return status.Error(codes.Internal, err.Error())
+			}
+			if err := st.Send(m); err != nil {
+				return err
+			}
+			sent = seq
+			f.mu.Lock()
+			f.sentSeq = max(f.sentSeq, seq)
+			f.mu.Unlock()
+		}
+		select {
+		case <-st.Context().Done():
+			return nil
+		case <-wake:
+		}
+	}
 }
 
-// startFakeCA serves a fakeCA over TLS on a loopback port.
-func startFakeCA(t *testing.T, clk *testingclock.FakeClock) (*fakeCA, string, *x509.CertPool) {
-	t.Helper()
-	root, err := pki.NewCA("fake CA", 365*24*time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
+// setBundle makes b the bundle of every Watch stream.
+func (f *fakeCA) setBundle(b trustapi.Bundle) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bundle = &b
+	f.bundleSeq++
+	close(f.bundleWake)
+	f.bundleWake = make(chan struct{})
+	return f.bundleSeq
+}
+
+// bundleOf is the bundle of roots.
+func bundleOf(roots ...*x509.Certificate) trustapi.Bundle {
+	var rs []trustapi.Root
+	for _, r := range roots {
+		sum := sha256.Sum256(r.Raw)
+		rs = append(rs, trustapi.Root{TrustDomain: "cluster.local", Fingerprint: hex.EncodeToString(sum[:]),
+			PEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.Raw}))})
 	}
-	certPEM, keyPEM, err := root.Issue(pki.IssueOptions{CommonName: "fake-ca", IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
-		Validity: time.Hour, Server: true, Now: time.Now()})
+	return trustapi.NewBundle(rs)
+}
+
+// serve makes the CA serve a TLS certificate issued by root for opts (by
+// default: for 127.0.0.1, serverAuth) on new connections.
+func (f *fakeCA) serve(t *testing.T, root *pki.CA, mod func(*pki.IssueOptions)) {
+	t.Helper()
+	opts := pki.IssueOptions{CommonName: "fake-ca", IPs: []net.IP{net.IPv4(127, 0, 0, 1)},
+		Validity: 2 * time.Hour, Server: true, Now: time.Now()}
+	if mod != nil {
+		mod(&opts)
+	}
+	certPEM, keyPEM, err := root.Issue(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,18 +172,109 @@ func startFakeCA(t *testing.T, clk *testingclock.FakeClock) (*fakeCA, string, *x
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	f.serving.Store(&cert)
+}
+
+func (f *fakeCA) watchState() (watches, watching int, md metadata.MD) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watches, f.watching, f.watchMD
+}
+
+func (f *fakeCA) state() (calls int, md metadata.MD) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls, f.md
+}
+
+// trackingListener remembers the connections it accepted, to break them.
+type trackingListener struct {
+	net.Listener
+	mu    sync.Mutex // guards conns
+	conns []net.Conn
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns = append(l.conns, c)
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// dropAll closes every connection accepted so far, so that clients
+// reconnect (and handshake again).
+func (l *trackingListener) dropAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
+}
+
+// countingCreds counts the server handshakes that failed: the client
+// refused the certificate.
+type countingCreds struct {
+	credentials.TransportCredentials
+	failed atomic.Int64
+}
+
+func (c *countingCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+	if err != nil {
+		c.failed.Add(1)
+	}
+	return out, info, err
+}
+
+// caConfig varies startFakeCA.
+type caConfig struct {
+	// noTrust serves no TrustBundle service: its calls end Unimplemented,
+	// as from istiod.
+	noTrust bool
+}
+
+// startFakeCA serves a fakeCA over TLS on a loopback port, with the trust
+// bundle service sending a bundle of its root.
+func startFakeCA(t *testing.T, clk *testingclock.FakeClock) (*fakeCA, string, *x509.CertPool) {
+	t.Helper()
+	return startFakeCAWith(t, clk, caConfig{})
+}
+
+func startFakeCAWith(t *testing.T, clk *testingclock.FakeClock, cfg caConfig) (*fakeCA, string, *x509.CertPool) {
+	t.Helper()
+	root, err := pki.NewCA("fake CA", 365*24*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}})))
-	f := &fakeCA{ca: root, clock: clk}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeCA{ca: root, clock: clk, lis: &trackingListener{Listener: l}, bundleWake: make(chan struct{})}
+	f.serve(t, root, nil)
+	f.creds = &countingCreds{TransportCredentials: credentials.NewTLS(&tls.Config{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return f.serving.Load(), nil },
+	})}
+	srv := grpc.NewServer(grpc.Creds(f.creds), grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+		f.mu.Lock()
+		f.unknownCall++
+		f.mu.Unlock()
+		return status.Error(codes.Unimplemented, "unknown service")
+	}))
 	pb.RegisterIstioCertificateServiceServer(srv, f)
-	go func() { _ = srv.Serve(lis) }()
+	if !cfg.noTrust {
+		trustapi.RegisterTrustBundleServer(srv, f)
+		f.setBundle(bundleOf(root.Cert))
+	}
+	go func() { _ = srv.Serve(f.lis) }()
 	t.Cleanup(srv.Stop)
 	pool := x509.NewCertPool()
 	pool.AddCert(root.Cert)
-	return f, lis.Addr().String(), pool
+	return f, l.Addr().String(), pool
 }
 
 // running is an agent running until the end of the test.
@@ -156,6 +326,73 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		case <-tick.C:
 		}
 	}
+}
+
+// stepUntil steps clk by d whenever something waits on it, until cond
+// holds: for retries whose number depends on gRPC's own reconnection.
+func stepUntil(t *testing.T, clk *testingclock.FakeClock, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		if cond() {
+			return true
+		}
+		if clk.HasWaiters() {
+			clk.Step(d)
+		}
+		return false
+	})
+}
+
+// fastReconnect makes gRPC reconnect at once after a broken connection,
+// instead of after its default backoff of a second and more.
+func fastReconnect(o *agent.Options) {
+	o.DialOptions = append(o.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 5 * time.Millisecond, Multiplier: 1, MaxDelay: 5 * time.Millisecond},
+		MinConnectTimeout: 5 * time.Second,
+	}))
+}
+
+// readCerts parses the certificates of a file in dir.
+func readCerts(t *testing.T, dir, name string) []*x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*x509.Certificate
+	for {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			return out
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+}
+
+// sameSet reports whether got holds the certificates of want, in any order.
+func sameSet(got []*x509.Certificate, want ...*x509.Certificate) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(got, w.Equal) {
+			return false
+		}
+	}
+	return true
+}
+
+func readFile(t *testing.T, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // waitTimer waits until the agent is blocked on its clock (renewal or

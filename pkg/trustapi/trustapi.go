@@ -20,9 +20,18 @@
 //
 // Request metadata, as for Istio's certificate API:
 //
-//	authorization            Bearer <service account token of the spoke, audience istio-ca>
-//	ClusterID                the spoke's cluster ID (the token is reviewed against it)
+//	authorization            Bearer <service account token of the caller, audience istio-ca>
+//	ClusterID                the caller's cluster ID (the token is reviewed against it)
+//	x-meshfed-client         what the caller is: "spoke" (a spoke shim) or "agent" (a
+//	                         workload agent, pkg/agent); absent means "spoke", as older
+//	                         spokes do not send it, and any other value is treated as
+//	                         "spoke"
 //	x-meshfed-spoke-version  the spoke's version, shown by the hub (optional)
+//
+// Spoke shims and workload agents watch the same bundle: a spoke to publish
+// it into its cluster, an agent to keep a workload's root-cert.pem current
+// while the roots rotate. The hub lists only spokes as connected clusters;
+// x-meshfed-client tells it which is which.
 //
 // The service is served on the hub's CA TLS port (15012) next to
 // istio.v1.auth.IstioCertificateService.
@@ -54,6 +63,19 @@ const (
 	MetadataAuthorization = "authorization"
 	MetadataClusterID     = "ClusterID"
 	MetadataSpokeVersion  = "x-meshfed-spoke-version"
+	// MetadataClient says what kind of client watches: ClientSpoke or
+	// ClientAgent. Absent means ClientSpoke.
+	MetadataClient = "x-meshfed-client"
+)
+
+// Values of MetadataClient.
+const (
+	// ClientSpoke is a spoke shim, which the hub lists as its cluster's
+	// spoke.
+	ClientSpoke = "spoke"
+	// ClientAgent is a workload certificate agent (pkg/agent), which
+	// watches only to keep its roots current; the hub does not list it.
+	ClientAgent = "agent"
 )
 
 // Root is one trust anchor of the bundle.

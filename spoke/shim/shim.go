@@ -354,6 +354,7 @@ func (s *shim) stream(ctx context.Context, cc *grpc.ClientConn) (got bool, err e
 	md := []string{
 		trustapi.MetadataAuthorization, "Bearer " + token,
 		trustapi.MetadataClusterID, s.opts.ClusterID,
+		trustapi.MetadataClient, trustapi.ClientSpoke,
 	}
 	if s.opts.Version != "" {
 		md = append(md, trustapi.MetadataSpokeVersion, s.opts.Version)

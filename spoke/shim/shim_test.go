@@ -69,6 +69,9 @@ func (h *fakeHub) Watch(_ *wrapperspb.BytesValue, st grpc.ServerStreamingServer[
 	if got := md.Get("clusterid"); len(got) != 1 || got[0] != h.cluster {
 		return status.Error(codes.Unauthenticated, "bad cluster")
 	}
+	if got := md.Get(trustapi.MetadataClient); len(got) != 1 || got[0] != trustapi.ClientSpoke {
+		return status.Errorf(codes.InvalidArgument, "%s %q, want %q", trustapi.MetadataClient, got, trustapi.ClientSpoke)
+	}
 	h.mu.Lock()
 	if v := md.Get(trustapi.MetadataSpokeVersion); len(v) > 0 {
 		h.version = v[0]
