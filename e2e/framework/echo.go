@@ -80,6 +80,8 @@ type EchoServer struct {
 	modeMu  sync.Mutex
 	modeErr error  // last serving-mode error of an xDS server
 	peerID  string // client SPIFFE ID of the last call
+	// peerIssuers counts calls by the issuer of the client certificate.
+	peerIssuers map[string]int
 }
 
 // grpcServer is what EchoServer needs of *grpc.Server and of grpc-go's
@@ -115,12 +117,18 @@ func StartEchoServer(addr, identity string) (*EchoServer, error) {
 
 func (s *EchoServer) echo(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 	s.served.Add(1)
-	id := ""
+	var id, issuer string
 	if p, ok := peer.FromContext(ctx); ok {
-		id = peerIDOf(p.AuthInfo)
+		id, issuer = peerOf(p.AuthInfo)
 	}
 	s.modeMu.Lock()
 	s.peerID = id
+	if issuer != "" {
+		if s.peerIssuers == nil {
+			s.peerIssuers = map[string]int{}
+		}
+		s.peerIssuers[issuer]++
+	}
 	s.modeMu.Unlock()
 	return wrapperspb.String(s.identity), nil
 }

@@ -209,6 +209,7 @@ type Trustz struct {
 		TrustDomain string `json:"trustDomain"`
 		Fingerprint string `json:"fingerprint"`
 		Source      string `json:"source"`
+		RetireAt    string `json:"retireAt"`
 		PEM         string `json:"pem"`
 	} `json:"roots"`
 }

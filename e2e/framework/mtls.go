@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	xdscreds "google.golang.org/grpc/credentials/xds"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/xds"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -200,6 +202,9 @@ type XDSServerOptions struct {
 	CertDir string
 	// Identity is what the server answers, "<cluster>/<pod>".
 	Identity string
+	// MaxConnectionAge, when set, is the server's keepalive
+	// MaxConnectionAge (see XDSWorkloadOptions).
+	MaxConnectionAge time.Duration
 }
 
 // StartXDSEchoServer starts an echo server built with xds.NewGRPCServer and
@@ -245,8 +250,11 @@ func StartXDSEchoServer(opts XDSServerOptions) (*EchoServer, error) {
 	}
 	s := &EchoServer{identity: opts.Identity, addr: ap, done: make(chan struct{}), serving: make(chan struct{})}
 	var once sync.Once
-	gs, err := xds.NewGRPCServer(
-		grpc.Creds(creds),
+	sopts := []grpc.ServerOption{grpc.Creds(creds)}
+	if opts.MaxConnectionAge > 0 {
+		sopts = append(sopts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: opts.MaxConnectionAge}))
+	}
+	gs, err := xds.NewGRPCServer(append(sopts,
 		xds.BootstrapContentsForTesting(bs),
 		xds.ServingModeCallback(func(_ net.Addr, args xds.ServingModeChangeArgs) {
 			s.modeMu.Lock()
@@ -256,7 +264,7 @@ func StartXDSEchoServer(opts XDSServerOptions) (*EchoServer, error) {
 				once.Do(func() { close(s.serving) })
 			}
 		}),
-	)
+	)...)
 	if err != nil {
 		_ = l.Close()
 		return nil, fmt.Errorf("framework: xDS server: %w", err)
@@ -295,8 +303,17 @@ func (s *EchoServer) PeerID() string {
 	return s.peerID
 }
 
-// peerIDOf returns the first URI SAN of the TLS peer certificate of a call.
-func peerIDOf(ai credentials.AuthInfo) string {
+// PeerIssuers counts the calls the server answered by the issuer (common
+// name) of the client's certificate: which CA generations reached it.
+func (s *EchoServer) PeerIssuers() map[string]int {
+	s.modeMu.Lock()
+	defer s.modeMu.Unlock()
+	return maps.Clone(s.peerIssuers)
+}
+
+// peerOf returns the first URI SAN of the TLS peer certificate of a call,
+// and the common name of that certificate's issuer; empty without TLS.
+func peerOf(ai credentials.AuthInfo) (id, issuer string) {
 	var info credentials.TLSInfo
 	switch v := ai.(type) {
 	case credentials.TLSInfo:
@@ -304,13 +321,17 @@ func peerIDOf(ai credentials.AuthInfo) string {
 	case *credentials.TLSInfo:
 		info = *v
 	default:
-		return ""
+		return "", ""
 	}
-	if info.SPIFFEID != nil {
-		return info.SPIFFEID.String()
+	certs := info.State.PeerCertificates
+	if len(certs) > 0 {
+		issuer = certs[0].Issuer.CommonName
 	}
-	if certs := info.State.PeerCertificates; len(certs) > 0 && len(certs[0].URIs) > 0 {
-		return certs[0].URIs[0].String()
+	switch {
+	case info.SPIFFEID != nil:
+		id = info.SPIFFEID.String()
+	case len(certs) > 0 && len(certs[0].URIs) > 0:
+		id = certs[0].URIs[0].String()
 	}
-	return ""
+	return id, issuer
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -57,6 +58,11 @@ type XDSWorkloadOptions struct {
 	// the replica's bootstrap names as certificate provider "default", so
 	// the replica can serve mTLS. Without it the replicas serve plaintext.
 	Certs *CertOptions
+	// MaxConnectionAge, when set, makes each replica's gRPC server close
+	// connections after about that long (grpc keepalive MaxConnectionAge):
+	// clients reconnect, so every connection handshakes with the
+	// certificates and roots of the moment.
+	MaxConnectionAge time.Duration
 }
 
 func (o *WorkloadOptions) defaults() error {
@@ -99,6 +105,8 @@ type Replica struct {
 	Addr netip.AddrPort
 	// Identity is what the replica answers: "<cluster>/<pod>".
 	Identity string
+	// CertDir holds the replica's certificate files (XDS.Certs only).
+	CertDir string
 }
 
 type replica struct {
@@ -311,7 +319,7 @@ func (w *Workload) startServer(ip netip.Addr, pod, identity string, agent *CertA
 	}
 	opts := XDSServerOptions{
 		HubAddr: x.HubAddr, Cluster: w.cluster.ID, Namespace: w.opts.Namespace, Pod: pod,
-		PodIP: ip, Port: w.targetPort, Identity: identity,
+		PodIP: ip, Port: w.targetPort, Identity: identity, MaxConnectionAge: x.MaxConnectionAge,
 	}
 	if agent != nil {
 		opts.CertDir = agent.Dir()
@@ -359,6 +367,20 @@ func (w *Workload) PeerIDs() map[string]string {
 	}
 	for _, rep := range w.replicas {
 		out[rep.server.Identity()] = rep.server.PeerID()
+	}
+	return out
+}
+
+// PeerIssuers counts, over the running replicas, the calls answered by the
+// issuer (common name) of the client certificate.
+func (w *Workload) PeerIssuers() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for _, rep := range w.replicas {
+		for k, v := range rep.server.PeerIssuers() {
+			out[k] += v
+		}
 	}
 	return out
 }
@@ -550,6 +572,9 @@ func (w *Workload) Replicas() []Replica {
 	out := make([]Replica, len(w.replicas))
 	for i, rep := range w.replicas {
 		out[i] = Replica{Pod: rep.pod, PodIP: rep.podIP, Addr: rep.server.Addr(), Identity: rep.server.Identity()}
+		if rep.agent != nil {
+			out[i].CertDir = rep.agent.Dir()
+		}
 	}
 	return out
 }
