@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,13 +122,17 @@ func TestRootRotation(t *testing.T) {
 	serverPod := w.Replicas()[0]
 	serverAddr := netip.AddrPortFrom(serverPod.PodIP, serverPod.Addr.Port()).String()
 
-	traffic := startTraffic(ctx, conn)
 	dirs := map[string]string{"client": ag.Dir(), "server": serverDir}
+	traffic := startTraffic(ctx, conn, func() string { return describeCerts(dirs) })
 
 	// Step 1: add the new root.
 	putCACerts(t, f.Config(), oldRoot, oldRoot, newRoot)
 	waitBundles(t, hubs, []*pki.CA{oldRoot, newRoot}, nil)
 	waitRootFiles(t, dirs, []*pki.CA{oldRoot, newRoot}, converge)
+	// The files are written; the workloads read them within a refresh.
+	// Only then may leaves of the new root appear (an operator waits for
+	// the new root to spread before step 2, as with Istio).
+	time.Sleep(2 * framework.CertRefreshInterval)
 	t.Logf("step 1: new root trusted; %s", traffic)
 
 	// Step 2: sign with it. The agents renew at half-life.
@@ -142,6 +147,13 @@ func TestRootRotation(t *testing.T) {
 	// under it has expired, not at once.
 	putCACerts(t, f.Config(), newRoot, newRoot)
 	waitBundles(t, hubs, []*pki.CA{oldRoot, newRoot}, oldRoot)
+	out, err := framework.Meshfedctl(t, "trust-bundle", "--monitoring", strings.TrimPrefix(hub1.MonitoringURL(), "http://"))
+	if err != nil {
+		t.Fatalf("meshfedctl trust-bundle: %v\n%s", err, out)
+	}
+	if line := lineWith(out, ca.Fingerprint(oldRoot.Cert)[:16]); line == "" || strings.HasSuffix(strings.TrimSpace(line), "-") {
+		t.Fatalf("meshfedctl trust-bundle does not show the old root retiring:\n%s", out)
+	}
 	if err := callWith(ctx, serverAddr, straggler); err != nil {
 		t.Fatalf("a leaf of the old root was refused before the root retired: %v", err)
 	}
@@ -164,6 +176,35 @@ func TestRootRotation(t *testing.T) {
 		t.Fatalf("the server answered calls by client certificate issuer %v, want both roots", issuers)
 	}
 	t.Logf("%d calls answered, none failed; client certificates seen by issuer: %v", ok, issuers)
+}
+
+// describeCerts tells, for failure messages, which roots and which leaf
+// issuer each agent directory holds now.
+func describeCerts(dirs map[string]string) string {
+	out := ""
+	for who, dir := range dirs {
+		roots, _ := readCerts(filepath.Join(dir, agent.RootCertFile))
+		leaf, _ := readCerts(filepath.Join(dir, agent.CertChainFile))
+		out += who + ": roots"
+		for _, r := range roots {
+			out += " " + r.Subject.CommonName
+		}
+		if len(leaf) > 0 {
+			out += " leaf by " + leaf[0].Issuer.CommonName + " until " + leaf[0].NotAfter.Format(time.TimeOnly)
+		}
+		out += "; "
+	}
+	return out + time.Now().Format(time.TimeOnly)
+}
+
+// lineWith returns the first line of out that contains s.
+func lineWith(out, s string) string {
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, s) {
+			return line
+		}
+	}
+	return ""
 }
 
 // putCACerts writes the plug-in Secret cacerts: signer signs, roots are
@@ -337,7 +378,9 @@ type traffic struct {
 	done       chan struct{}
 }
 
-func startTraffic(ctx context.Context, conn *framework.XDSConn) *traffic {
+// startTraffic calls conn until stop; describe adds context to the
+// errors it keeps.
+func startTraffic(ctx context.Context, conn *framework.XDSConn, describe func() string) *traffic {
 	ctx, cancel := context.WithCancel(ctx)
 	tr := &traffic{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -358,7 +401,7 @@ func startTraffic(ctx context.Context, conn *framework.XDSConn) *traffic {
 				tr.failed.Add(1)
 				tr.mu.Lock()
 				if len(tr.errs) < 5 {
-					tr.errs = append(tr.errs, err.Error())
+					tr.errs = append(tr.errs, err.Error()+" ["+describe()+"]")
 				}
 				tr.mu.Unlock()
 			}
@@ -372,7 +415,13 @@ func startTraffic(ctx context.Context, conn *framework.XDSConn) *traffic {
 }
 
 func (tr *traffic) String() string {
-	return fmt.Sprintf("%d calls answered, %d failed so far, slowest %v", tr.ok.Load(), tr.failed.Load(), time.Duration(tr.slowest.Load()))
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	s := fmt.Sprintf("%d calls answered, %d failed so far, slowest %v", tr.ok.Load(), tr.failed.Load(), time.Duration(tr.slowest.Load()))
+	if len(tr.errs) > 0 {
+		s += fmt.Sprintf(" (first error: %s)", tr.errs[0])
+	}
+	return s
 }
 
 func (tr *traffic) stop() (ok, failed int64, errs []string) {

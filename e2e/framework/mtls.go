@@ -38,6 +38,11 @@ const InboundListenerTemplate = "xds.istio.io/grpc/lds/inbound/%s"
 // framework's bootstraps declare and the hub's secure resources name.
 const CertProviderInstance = "default"
 
+// CertRefreshInterval is how often grpc-go's file_watcher provider of the
+// framework's bootstraps re-reads the certificate files: a change an agent
+// wrote is in use by its workload at most this much later.
+const CertRefreshInterval = time.Second
+
 // CertAudience is the token audience of the hub's CA.
 const CertAudience = "istio-ca"
 
@@ -165,7 +170,7 @@ func certProviders(dir string) map[string]bootstrapCertProvider {
 			CertificateFile:   filepath.Join(dir, agent.CertChainFile),
 			PrivateKeyFile:    filepath.Join(dir, agent.KeyFile),
 			CACertificateFile: filepath.Join(dir, agent.RootCertFile),
-			RefreshInterval:   "1s",
+			RefreshInterval:   CertRefreshInterval.String(),
 		},
 	}}
 }

@@ -22,6 +22,13 @@
 //     self-signed root that the first replica creates in Secret
 //     "istio-ca-secret" and every other replica reads, so all replicas sign
 //     with the same root.
+//   - KeyStore (keystore.go) keeps those keys current: it watches both
+//     Secrets and swaps the keys when an operator rotates the root in
+//     Istio's three steps (add the new root, sign with it, drop the old
+//     one). Each change is a Rotation: roots to add to the federated trust
+//     bundle at once, and roots to retire once every leaf signed under them
+//     has expired (MaxLeafTTL after the CA last signed under them). A
+//     Secret that would break trust is refused and the keys in use stay.
 //   - Authenticator (authn.go) proves who the caller is. A token is only
 //     meaningful to the cluster that issued it, so it is reviewed by the
 //     apiserver of the cluster the caller names in its ClusterID metadata,

@@ -17,6 +17,7 @@ type trustz struct {
 		Fingerprint string `json:"fingerprint"`
 		Source      string `json:"source"`
 		NotAfter    string `json:"notAfter"`
+		RetireAt    string `json:"retireAt,omitempty"`
 		PEM         string `json:"pem"`
 	} `json:"roots"`
 }
@@ -47,13 +48,17 @@ func trustBundle(ctx context.Context, opts Options, stdout io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "TRUST DOMAIN\tFINGERPRINT\tSOURCE\tNOT AFTER")
+	fmt.Fprintln(tw, "TRUST DOMAIN\tFINGERPRINT\tSOURCE\tNOT AFTER\tRETIRES")
 	for _, r := range doc.Roots {
 		fp := r.Fingerprint
 		if len(fp) > 16 {
 			fp = fp[:16] + "…"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.TrustDomain, fp, r.Source, r.NotAfter)
+		retires := r.RetireAt
+		if retires == "" {
+			retires = "-" // trusted until it expires
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.TrustDomain, fp, r.Source, r.NotAfter, retires)
 	}
 	return tw.Flush()
 }
