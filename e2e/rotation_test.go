@@ -37,7 +37,7 @@ import (
 // over mTLS without pause. The server closes each connection after half a
 // second, so the calls keep handshaking with whatever certificates and roots
 // the agents hold at that moment; its agent talks to one hub replica, the
-// client's to the other. Leaves live 20 s.
+// client's to the other. Leaves live 10 s.
 //
 //  1. add the new root: both replicas' bundles and both agents' roots get it;
 //  2. sign with the new root: both agents renew into leaves of the new root;
@@ -63,8 +63,8 @@ func TestRootRotation(t *testing.T) {
 	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
 		t.Fatal(err)
 	}
-	const leafTTL = 20 * time.Second
-	args := []string{"--xds-mtls", "--workload-cert-ttl=20s", "--max-workload-cert-ttl=20s", "--root-retire-grace=1s"}
+	const leafTTL = 10 * time.Second
+	args := []string{"--xds-mtls", "--workload-cert-ttl=10s", "--max-workload-cert-ttl=10s", "--root-retire-grace=1s", "--root-spread=3s"}
 	key := gossipKey(t, f)
 	hub0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Args: args})
 	hub1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{hub0}, Args: args})
@@ -129,13 +129,12 @@ func TestRootRotation(t *testing.T) {
 	putCACerts(t, f.Config(), oldRoot, oldRoot, newRoot)
 	waitBundles(t, hubs, []*pki.CA{oldRoot, newRoot}, nil)
 	waitRootFiles(t, dirs, []*pki.CA{oldRoot, newRoot}, converge)
-	// The files are written; the workloads read them within a refresh.
-	// Only then may leaves of the new root appear (an operator waits for
-	// the new root to spread before step 2, as with Istio).
-	time.Sleep(2 * framework.CertRefreshInterval)
 	t.Logf("step 1: new root trusted; %s", traffic)
 
-	// Step 2: sign with it. The agents renew at half-life.
+	// Step 2 at once: the files hold the new root, but the workloads read
+	// them only within a refresh. The hub stages the new CA until the root
+	// has been trusted for --root-spread (3 s here), so no workload gets a
+	// leaf its peers cannot verify yet. The agents renew at half-life.
 	putCACerts(t, f.Config(), newRoot, newRoot, oldRoot)
 	waitLeafIssuer(t, dirs, newRoot, 3*leafTTL)
 	t.Logf("step 2: both workloads hold leaves of the new root; %s", traffic)

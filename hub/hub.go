@@ -97,6 +97,9 @@ type Options struct {
 	// trusted beyond the expiry of the last leaf signed under it, for
 	// clock and reload skew between replicas (see ca.KeyStore).
 	RootRetireGrace time.Duration
+	// RootSpread is how long a new root must have been trusted before the
+	// CA signs under it; a younger one is staged (see ca.KeyStore).
+	RootSpread time.Duration
 
 	Log   logr.Logger
 	Clock clock.WithTicker
@@ -126,6 +129,7 @@ func DefaultOptions() Options {
 		WorkloadCertTTL:    24 * time.Hour,
 		MaxWorkloadCertTTL: 24 * time.Hour,
 		RootRetireGrace:    time.Minute,
+		RootSpread:         time.Minute,
 		Log:                logr.Discard(),
 		Clock:              clock.RealClock{},
 	}

@@ -48,7 +48,7 @@ func newCA(ctx context.Context, opts Options, c client.WithWatch, clusters ca.Cl
 	w := &workloadCA{bundle: bundle, opts: opts, log: log.WithName("ca")}
 	keys, err := ca.NewKeyStore(ctx, ca.KeyStoreOptions{
 		Client: c, Namespace: opts.Namespace, Keys: ca.KeyOptions{TrustDomain: opts.TrustDomain},
-		MaxLeafTTL: opts.MaxWorkloadCertTTL, RetireGrace: opts.RootRetireGrace,
+		MaxLeafTTL: opts.MaxWorkloadCertTTL, RetireGrace: opts.RootRetireGrace, RootSpread: opts.RootSpread,
 		OnRotate: w.rotated, Clock: opts.Clock, Metrics: reg, Log: w.log,
 	})
 	if err != nil {

@@ -241,6 +241,25 @@ func (k *Keys) Equal(o *Keys) bool {
 	return k.ca.Cert.Equal(o.ca.Cert) && slices.Equal(k.intermediates, o.intermediates) && bytes.Equal(k.rootsPEM, o.rootsPEM)
 }
 
+// withRoots returns a copy of k that also trusts the roots of o (after its
+// own, each once): the keys of a staged rotation, still signing with k's CA
+// while o's roots spread.
+func (k *Keys) withRoots(o *Keys) *Keys {
+	out := *k
+	out.rootsPEM = bytes.Clone(k.rootsPEM)
+	out.rootCerts = slices.Clone(k.rootCerts)
+	out.roots = k.roots.Clone()
+	for _, r := range o.rootCerts {
+		if slices.ContainsFunc(out.rootCerts, r.Equal) {
+			continue
+		}
+		out.rootCerts = append(out.rootCerts, r)
+		out.roots.AddCert(r)
+		out.rootsPEM = append(out.rootsPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.Raw})...)
+	}
+	return &out
+}
+
 // LoadOrCreateKeys returns the signing CA kept in namespace ns of the
 // config cluster that c talks to: Istio's plug-in Secret "cacerts" if
 // present, else the self-signed root in "istio-ca-secret", created here if

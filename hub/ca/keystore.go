@@ -43,6 +43,14 @@ type KeyStoreOptions struct {
 	// RetireGrace is added to MaxLeafTTL for the skew between the clocks,
 	// and between the reloads, of the replicas. Default one minute.
 	RetireGrace time.Duration
+	// RootSpread is how long a root must have been trusted (in the trust
+	// bundle, on its way to every workload) before the CA signs leaves
+	// under it. A new signing CA whose root is younger is staged: its
+	// roots join at once, and the CA keeps signing with the keys in use
+	// until the root is old enough. So a cacerts that replaces CA and root
+	// in one edit breaks no handshake. Default one minute; negative
+	// switches at once.
+	RootSpread time.Duration
 	// Resync re-reads the Secrets this often even without a watch event.
 	// Default one minute.
 	Resync time.Duration
@@ -62,6 +70,7 @@ func DefaultKeyStoreOptions() KeyStoreOptions {
 	return KeyStoreOptions{
 		MaxLeafTTL:  24 * time.Hour,
 		RetireGrace: time.Minute,
+		RootSpread:  time.Minute,
 		Resync:      time.Minute,
 		Clock:       clock.RealClock{},
 		Log:         logr.Discard(),
@@ -75,6 +84,9 @@ func (o KeyStoreOptions) withDefaults() KeyStoreOptions {
 	}
 	if o.RetireGrace == 0 {
 		o.RetireGrace = d.RetireGrace
+	}
+	if o.RootSpread == 0 {
+		o.RootSpread = d.RootSpread
 	}
 	if o.Resync == 0 {
 		o.Resync = d.Resync
@@ -111,9 +123,9 @@ type Retirement struct {
 // Key reload results, the values of meshfed_ca_key_reloads_total's label
 // "result".
 const (
-	reloadRotated   = "rotated"
-	reloadUnchanged = "unchanged"
-	reloadRefused   = "refused"
+	reloadRotated = "rotated"
+	reloadStaged  = "staged"
+	reloadRefused = "refused"
 )
 
 // KeyStore holds the CA's signing keys and follows the config cluster's CA
@@ -128,8 +140,14 @@ const (
 //     old root in the trust bundle until every leaf it signed under it has
 //     expired: it remembers when it stopped signing under each root, and
 //     the Rotation names the time (Retirement.At) after which the root may
-//     go. So the steps may follow each other as fast as the operator
-//     likes: no handshake fails on a leaf whose root left too early.
+//     go.
+//
+// The steps may follow each other as fast as the operator likes, even in
+// one edit: a signing CA whose root has been trusted for less than
+// RootSpread is staged (its roots are trusted at once, the keys in use keep
+// signing) and taken into use when the root is old enough; and no root
+// leaves before its leaves have expired. So no handshake fails on a leaf
+// whose root a peer does not know yet, or no longer knows.
 //
 // A Secret that fails validation (a CA that does not chain to the new
 // roots, a deleted Secret, a broken PEM) is refused with an error that
@@ -139,10 +157,16 @@ type KeyStore struct {
 	current atomic.Pointer[Keys]
 	reloads *prometheus.CounterVec
 
-	mu sync.Mutex // serializes Reload; guards stopped
+	mu sync.Mutex // serializes Reload; guards the fields below
 	// stopped holds, per root fingerprint, when this process last signed
 	// under that root, for roots it no longer signs under.
 	stopped map[string]time.Time
+	// trustedSince holds, per root fingerprint in use or configured, when
+	// this process first trusted it.
+	trustedSince map[string]time.Time
+	// stagedUntil, when set, is when a staged signing CA may be taken into
+	// use: Run reloads then.
+	stagedUntil time.Time
 }
 
 // NewKeyStore loads the keys (LoadOrCreateKeys: cacerts, else
@@ -161,11 +185,17 @@ func NewKeyStore(ctx context.Context, opts KeyStoreOptions) (*KeyStore, error) {
 		opts: opts,
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_ca_key_reloads_total",
-			Help: "Reloads of the CA Secrets that found a change, by result: rotated (new keys in use) or refused (invalid; the keys in use stay).",
+			Help: "Reloads of the CA Secrets that found a change, by result: rotated (new keys in use), staged (a new signing CA waits for its root to spread) or refused (invalid; the keys in use stay).",
 		}, []string{"result"}),
-		stopped: map[string]time.Time{},
+		stopped:      map[string]time.Time{},
+		trustedSince: map[string]time.Time{},
 	}
-	for _, r := range []string{reloadRotated, reloadRefused} {
+	// The roots configured before this process started have had their
+	// time to spread, as far as it can know.
+	for _, fp := range keys.RootFingerprints() {
+		s.trustedSince[fp] = opts.Clock.Now().Add(-max(opts.RootSpread, 0))
+	}
+	for _, r := range []string{reloadRotated, reloadStaged, reloadRefused} {
 		s.reloads.WithLabelValues(r)
 	}
 	if opts.Metrics != nil {
@@ -197,17 +227,34 @@ func (s *KeyStore) Run(ctx context.Context) error {
 	}
 	resync := time.NewTicker(s.opts.Resync)
 	defer resync.Stop()
+	staged := time.NewTimer(time.Hour)
+	staged.Stop()
+	defer staged.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
 		case <-resync.C:
+		case <-staged.C:
 		}
 		if _, err := s.Reload(ctx); err != nil && ctx.Err() == nil {
 			s.opts.Log.Error(err, "CA secret refused; the CA keeps signing with the keys in use", "keys", s.Current().Source())
 		}
+		staged.Stop()
+		if until := s.StagedUntil(); !until.IsZero() {
+			// The clock is passive: its deadline becomes a real wait.
+			staged.Reset(max(until.Sub(s.opts.Clock.Now()), 0))
+		}
 	}
+}
+
+// StagedUntil returns when the staged signing CA, if any, is taken into
+// use (by Run, or the next Reload after it); zero when none is staged.
+func (s *KeyStore) StagedUntil() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stagedUntil
 }
 
 // watch pokes on every event of Secret name, and on every (re)start of the
@@ -253,27 +300,65 @@ func (s *KeyStore) Reload(ctx context.Context) (bool, error) {
 		s.reloads.WithLabelValues(reloadRefused).Inc()
 		return false, err
 	}
-	if next.Equal(old) {
+	now := s.opts.Clock.Now()
+	s.noteTrusted(old, next, now)
+	use, until := s.stage(old, next, now)
+	if !until.IsZero() && !until.Equal(s.stagedUntil) {
+		s.reloads.WithLabelValues(reloadStaged).Inc()
+		s.opts.Log.Info("new signing CA staged: its roots join the trust bundle now, and the CA signs with it once they have spread",
+			"signingCA", next.CA().Cert.Subject.String(), "until", until.UTC())
+	}
+	s.stagedUntil = until
+	if use.Equal(old) {
 		return false, nil
 	}
-	now := s.opts.Clock.Now()
-	rot := s.rotation(old, next, now)
-	s.current.Store(next)
+	rot := s.rotation(old, use, now)
+	s.current.Store(use)
 	s.reloads.WithLabelValues(reloadRotated).Inc()
-	log := s.opts.Log.WithValues("keys", next.Source())
-	log.Info("CA keys rotated", "signingCA", next.CA().Cert.Subject.String(),
-		"signingRoots", next.SigningRoots(), "addedRoots", rot.Added, "retiredRoots", len(rot.Retired))
-	for _, fp := range next.SigningRoots() {
-		if !slices.Contains(old.RootFingerprints(), fp) {
-			// Step 2 taken before step 1 had reached the workloads: peers
-			// that do not know the root yet refuse the new leaves.
-			log.Info("warning: the CA now signs under a root that was not trusted before this change; add a new root to root-cert.pem, and let it spread, before signing with it", "root", fp)
-		}
-	}
+	s.opts.Log.Info("CA keys rotated", "keys", use.Source(), "signingCA", use.CA().Cert.Subject.String(),
+		"signingRoots", use.SigningRoots(), "addedRoots", rot.Added, "retiredRoots", len(rot.Retired))
 	if s.opts.OnRotate != nil {
 		s.opts.OnRotate(rot)
 	}
 	return true, nil
+}
+
+// noteTrusted records when each root of next was first trusted, and
+// forgets the roots neither old nor next holds (a root dropped and added
+// again spreads again). Called with mu held.
+func (s *KeyStore) noteTrusted(old, next *Keys, now time.Time) {
+	keep := append(old.RootFingerprints(), next.RootFingerprints()...)
+	for fp := range s.trustedSince {
+		if !slices.Contains(keep, fp) {
+			delete(s.trustedSince, fp)
+		}
+	}
+	for _, fp := range next.RootFingerprints() {
+		if _, ok := s.trustedSince[fp]; !ok {
+			s.trustedSince[fp] = now
+		}
+	}
+}
+
+// stage returns the keys to use for the configured keys next at now, and
+// when they may change by themselves (zero: they will not). When next's
+// CA signs under a root trusted for less than RootSpread, the keys in use
+// keep signing and trust next's roots too, until the last such root is
+// old enough. Called with mu held.
+func (s *KeyStore) stage(old, next *Keys, now time.Time) (*Keys, time.Time) {
+	if s.opts.RootSpread < 0 {
+		return next, time.Time{}
+	}
+	var until time.Time
+	for _, fp := range next.SigningRoots() {
+		if t := s.trustedSince[fp].Add(s.opts.RootSpread); t.After(now) && t.After(until) {
+			until = t
+		}
+	}
+	if until.IsZero() {
+		return next, time.Time{}
+	}
+	return old.withRoots(next), until
 }
 
 // read loads the keys from the Secret that cur came from: cacerts when it

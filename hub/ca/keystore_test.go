@@ -319,3 +319,65 @@ func parseCertsT(t *testing.T, s string) []*x509.Certificate {
 		out = append(out, c)
 	}
 }
+
+// A cacerts that replaces CA and root in one edit is staged: the new root
+// is trusted at once, the old CA signs until the new root has been trusted
+// for RootSpread, and only then does the old root start to retire.
+func TestKeyStoreStagesAYoungSigningRoot(t *testing.T) {
+	c := startFleet(t).cluster("cluster-1")
+	createNamespace(t, c, "rotate-oneshot")
+	t0 := time.Now()
+	clk := clocktesting.NewFakeClock(t0)
+	oldCA, newCA := newRootCA(t, "old root", t0), newRootCA(t, "new root", t0)
+	putCACerts(t, c, "rotate-oneshot", oldCA, oldCA)
+	reg := prometheus.NewRegistry()
+	var rotations []ca.Rotation
+	const ttl, grace, spread = time.Hour, time.Minute, 30 * time.Second
+	store, err := ca.NewKeyStore(t.Context(), ca.KeyStoreOptions{
+		Client: c.ctrl, Namespace: "rotate-oneshot", MaxLeafTTL: ttl, RetireGrace: grace, RootSpread: spread,
+		Clock: clk, Metrics: reg, OnRotate: func(r ca.Rotation) { rotations = append(rotations, r) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer := func() string { return store.Current().CA().Cert.Subject.CommonName }
+
+	edit := t0.Add(time.Minute)
+	clk.SetTime(edit)
+	putCACerts(t, c, "rotate-oneshot", newCA, newCA) // CA and root at once
+	if changed, err := store.Reload(t.Context()); err != nil || !changed {
+		t.Fatalf("Reload = %v, %v", changed, err)
+	}
+	if signer() != "old root" {
+		t.Fatalf("signs with %q right after the edit, want the old CA while the new root spreads", signer())
+	}
+	if got := store.Current().RootFingerprints(); !slices.Contains(got, fp(newCA.cert)) || !slices.Contains(got, fp(oldCA.cert)) {
+		t.Fatalf("roots while staged: %v, want both", got)
+	}
+	if r := rotations[len(rotations)-1]; !slices.Equal(r.Added, []string{fp(newCA.cert)}) || len(r.Retired) != 0 {
+		t.Fatalf("staged rotation: added %v, retired %v", r.Added, r.Retired)
+	}
+	if got := store.StagedUntil(); !got.Equal(edit.Add(spread)) {
+		t.Fatalf("StagedUntil = %v, want %v", got, edit.Add(spread))
+	}
+	clk.SetTime(edit.Add(spread / 2))
+	if changed, err := store.Reload(t.Context()); err != nil || changed {
+		t.Fatalf("Reload before the root spread = %v, %v; want no change", changed, err)
+	}
+
+	switched := edit.Add(spread)
+	clk.SetTime(switched)
+	if changed, err := store.Reload(t.Context()); err != nil || !changed {
+		t.Fatalf("Reload once the root spread = %v, %v", changed, err)
+	}
+	if signer() != "new root" || !store.StagedUntil().IsZero() {
+		t.Fatalf("after the spread: signs with %q, staged until %v", signer(), store.StagedUntil())
+	}
+	r := rotations[len(rotations)-1]
+	if len(r.Retired) != 1 || r.Retired[0].Fingerprint != fp(oldCA.cert) || !r.Retired[0].At.Equal(switched.Add(ttl+grace)) {
+		t.Fatalf("after the switch retired %+v, want the old root at %v", r.Retired, switched.Add(ttl+grace))
+	}
+	if got := reloads(t, reg, "staged"); got != 1 {
+		t.Fatalf("staged reloads = %v, want 1", got)
+	}
+}

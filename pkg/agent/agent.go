@@ -308,14 +308,21 @@ func (a *Agent) renewLoop(ctx context.Context, client pb.IstioCertificateService
 	}
 }
 
-// renewIn is how long until leaf should be renewed: RenewAt of its
-// lifetime after NotBefore. A certificate already due is renewed after
-// RetryInitial, so a CA that issues very short lifetimes cannot make the
-// agent spin.
+// renewIn is how long until leaf, just received, should be renewed:
+// RenewAt of the lifetime it has left. The lifetime is counted from now,
+// not from NotBefore, because CAs backdate NotBefore for clock skew (the
+// hub by five minutes, Istio by one): with a short lifetime, half of
+// NotAfter-NotBefore may already have passed on arrival. A certificate
+// already due is renewed after RetryInitial, so a CA that issues very
+// short lifetimes cannot make the agent spin.
 func (a *Agent) renewIn(leaf *x509.Certificate) time.Duration {
-	life := leaf.NotAfter.Sub(leaf.NotBefore)
-	at := leaf.NotBefore.Add(time.Duration(float64(life) * a.opts.RenewAt))
-	return max(at.Sub(a.opts.Clock.Now()), a.opts.RetryInitial)
+	now := a.opts.Clock.Now()
+	from := now
+	if leaf.NotBefore.After(now) {
+		from = leaf.NotBefore
+	}
+	at := from.Add(time.Duration(float64(leaf.NotAfter.Sub(from)) * a.opts.RenewAt))
+	return max(at.Sub(now), a.opts.RetryInitial)
 }
 
 // renew obtains a new certificate, checks it and publishes it.

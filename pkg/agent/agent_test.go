@@ -448,15 +448,15 @@ func TestObtainsAndWrites(t *testing.T) {
 	}
 }
 
-// The certificate is renewed, with a new key, once RenewAt of its lifetime
-// has passed, and not before.
+// The certificate is renewed, with a new key, once RenewAt of the lifetime
+// it had on arrival has passed, and not before. The CA backdates NotBefore
+// by 5 minutes; that does not count, or a short-lived certificate would be
+// renewed at once, again and again.
 func TestRenewsAtFractionOfLifetime(t *testing.T) {
 	for _, tc := range []struct {
 		renewAt float64
-		// pki backdates NotBefore by 5 minutes: a 1h certificate lives
-		// 65m, so half of it has passed 27m30s after issue.
-		due time.Duration
-	}{{0, 27*time.Minute + 30*time.Second}, {0.8, 47 * time.Minute}} {
+		due     time.Duration // after issue, of a 1h certificate
+	}{{0, 30 * time.Minute}, {0.8, 48 * time.Minute}} {
 		t.Run("", func(t *testing.T) {
 			start := time.Now()
 			clk := testingclock.NewFakeClock(start)

@@ -46,6 +46,7 @@ func main() {
 	caAudience := fs.String("ca-audience", strings.Join(opts.CAAudiences, ","), "comma-separated token audiences the CA accepts")
 	fs.DurationVar(&opts.WorkloadCertTTL, "workload-cert-ttl", opts.WorkloadCertTTL, "lifetime of a workload certificate whose request names none")
 	fs.DurationVar(&opts.MaxWorkloadCertTTL, "max-workload-cert-ttl", opts.MaxWorkloadCertTTL, "longest workload certificate lifetime; longer requests are cut to it")
+	fs.DurationVar(&opts.RootSpread, "root-spread", opts.RootSpread, "how long a new CA root must have been in the trust bundle before the CA signs under it; a cacerts edit that signs under a younger root is staged until then (negative: at once)")
 	fs.DurationVar(&opts.RootRetireGrace, "root-retire-grace", opts.RootRetireGrace, "how long a root removed from the CA secret stays trusted after the last certificate signed under it expires (clock and reload skew between replicas)")
 	caDNSNames := fs.String("ca-dns-names", "", "comma-separated DNS names of the CA's serving certificate (default istiod.<namespace>.svc,meshfed-hub.<namespace>.svc)")
 	zapOpts := zap.Options{}
