@@ -68,17 +68,22 @@ func shimTokenFunc(t *testing.T, r *framework.RemoteCluster) func(context.Contex
 }
 
 // runTestShim runs shim.Run in this process until the test ends.
-func runTestShim(t *testing.T, opts shim.Options) {
+func runTestShim(t *testing.T, opts shim.Options) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	done := make(chan error, 1)
 	go func() { done <- shim.Run(ctx, opts) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("shim.Run: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("shim.Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // shimHasBundle checks that istio-ca-root-cert of each namespace holds
@@ -235,7 +240,7 @@ func TestShimTrustBundle(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(out, "e2e (healthy)") {
+		if !strings.Contains(out, "e2e (healthy via "+h0.ReplicaID()+")") {
 			return fmt.Errorf("remote-clusters shows no healthy spoke:\n%s", out)
 		}
 		return nil
@@ -263,6 +268,64 @@ func TestShimTrustBundle(t *testing.T) {
 		framework.StartTestHub(t, f, framework.HubOptions{
 			GossipKeyFile: key, Join: []*framework.Hub{h0}, Args: []string{"--namespace=meshfed-b"},
 		})
+	})
+}
+
+// TestSpokeStatusFleetWide: the spoke's trust-bundle stream is held by one
+// replica, and every replica reports it in remote-clusters — healthy, with
+// the replica holding it, and down once the spoke is gone.
+func TestSpokeStatusFleetWide(t *testing.T) {
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: framework.Remotes(1)})
+	ctx := t.Context()
+	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
+		t.Fatal(err)
+	}
+	key := gossipKey(t, f)
+	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key})
+	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
+	r := f.Remotes()[0]
+	pool := x509.NewCertPool()
+	framework.RequireEventually(t, converge, func() error {
+		tz, err := h0.Trustz(ctx)
+		if err != nil {
+			return err
+		}
+		for _, root := range tz.Roots {
+			pool.AppendCertsFromPEM([]byte(root.PEM))
+		}
+		if len(tz.Roots) == 0 {
+			return errors.New("empty trust bundle")
+		}
+		return nil
+	})
+	opts := shim.DefaultOptions()
+	opts.HubAddr, opts.HubRoots, opts.ServerName, opts.ClusterID = h0.CAAddr(), pool, "localhost", string(r.ID)
+	opts.TokenFunc, opts.Client, opts.Version = shimTokenFunc(t, r), kubernetes.NewForConfigOrDie(r.RESTConfig()), "e2e"
+	opts.Log, opts.Metrics = testr.New(t).WithName("shim"), prometheus.NewRegistry()
+	stop := runTestShim(t, opts)
+
+	spokeOf := func(h *framework.Hub) string {
+		out, err := framework.Meshfedctl(t, "remote-clusters", "--monitoring", strings.TrimPrefix(h.MonitoringURL(), "http://"))
+		if err != nil {
+			return err.Error()
+		}
+		return out
+	}
+	want := "e2e (healthy via " + h0.ReplicaID() + ")"
+	framework.RequireEventually(t, converge, func() error {
+		for _, h := range []*framework.Hub{h0, h1} {
+			if out := spokeOf(h); !strings.Contains(out, want) {
+				return fmt.Errorf("%s does not show %q:\n%s", h.ReplicaID(), want, out)
+			}
+		}
+		return nil
+	})
+	stop()
+	framework.RequireEventually(t, converge, func() error {
+		if out := spokeOf(h1); !strings.Contains(out, "e2e (down)") {
+			return fmt.Errorf("%s does not show the spoke down:\n%s", h1.ReplicaID(), out)
+		}
+		return nil
 	})
 }
 

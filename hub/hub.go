@@ -28,6 +28,7 @@ import (
 	"github.com/meshfed/meshfed/hub/monitoring"
 	"github.com/meshfed/meshfed/hub/remotes"
 	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
@@ -205,7 +206,12 @@ func Run(ctx context.Context, opts Options) error {
 		Replica: opts.ReplicaID, Clock: opts.Clock,
 		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
 	})
-	proxies := newProxyStatus(opts.ReplicaID, xdsServer.Status())
+	var spokes func() []trustsvc.SpokeStatus
+	var spokesChanged <-chan struct{}
+	if caServer != nil {
+		spokes, spokesChanged = caServer.trust.Spokes, caServer.trust.SpokesChanged()
+	}
+	proxies := newProxyStatus(opts.ReplicaID, xdsServer.Status(), spokes, spokesChanged)
 	xdsServer.SetStatusSource(proxies)
 	repl.SetProxyStatus(proxies)
 	ready := newReadiness(opts, provider, status, st)
@@ -218,7 +224,7 @@ func Run(ctx context.Context, opts Options) error {
 			"federationz":  func(*http.Request) any { return repl.Federationz() },
 			"proxystatusz": func(*http.Request) any { return proxystatus.JSONDocument{Proxies: proxies.All()} },
 			"trustz":       func(*http.Request) any { return trustz(repl.TrustRoots()) },
-			"spokez":       func(*http.Request) any { return spokez(caServer) },
+			"spokez":       func(*http.Request) any { return proxies.Spokes(opts.Clock.Now()) },
 		},
 		Log: log.WithName("monitoring"),
 	})
@@ -228,6 +234,7 @@ func Run(ctx context.Context, opts Options) error {
 	g.Go(func() error { return xdsServer.Run(ctx) })
 	g.Go(func() error { return mon.Run(ctx) })
 	g.Go(func() error { return repl.Run(ctx) })
+	g.Go(func() error { proxies.run(ctx); return nil })
 	if caServer != nil {
 		if err := caServer.publishRoots(caServer.keys.Current(), nil); err != nil {
 			return err

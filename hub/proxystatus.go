@@ -1,10 +1,13 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 )
@@ -18,6 +21,11 @@ type proxyStatus struct {
 	self    string
 	tracker *xds.StatusTracker
 	fleet   *proxystatus.Fleet
+	// spokes rides along: the spokes' status is small, changes rarely,
+	// and must be answered fleet-wide like the proxies'.
+	spokes        *spokeStatus
+	spokesChanged <-chan struct{} // nil without the CA
+	changed       chan struct{}   // tracker or spokes changed (run)
 }
 
 // proxyStatusBatch is the wire form of a batch of records.
@@ -26,11 +34,40 @@ type proxyStatusBatch struct {
 	Full    bool                 `json:"full,omitempty"`
 	Changed []proxystatus.Record `json:"changed,omitempty"`
 	Removed []string             `json:"removed,omitempty"`
+	// Spokes, when present, replaces the sender's spoke list (always in a
+	// full batch; in others only when it changed).
+	Spokes *[]trustsvc.SpokeStatus `json:"spokes,omitempty"`
 }
 
-func newProxyStatus(self string, tracker *xds.StatusTracker) *proxyStatus {
-	return &proxyStatus{self: self, tracker: tracker, fleet: proxystatus.NewFleet()}
+// newProxyStatus joins tracker with the others' records; spokes and
+// spokesChanged are the local spokes (trustsvc.Service), nil without a CA.
+func newProxyStatus(self string, tracker *xds.StatusTracker, spokes func() []trustsvc.SpokeStatus, spokesChanged <-chan struct{}) *proxyStatus {
+	return &proxyStatus{
+		self: self, tracker: tracker, fleet: proxystatus.NewFleet(),
+		spokes: newSpokeStatus(self, spokes), spokesChanged: spokesChanged,
+		changed: make(chan struct{}, 1),
+	}
 }
+
+// run forwards the changes of the tracker and of the spokes to Changed
+// until ctx ends.
+func (p *proxyStatus) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.tracker.Changes():
+		case <-p.spokesChanged:
+		}
+		select {
+		case p.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Spokes returns every spoke of the fleet at now (/debug/spokez).
+func (p *proxyStatus) Spokes(now time.Time) []trustsvc.SpokeStatus { return p.spokes.all(now) }
 
 // All implements xds.StatusSource: the whole fleet's proxies.
 func (p *proxyStatus) All() []proxystatus.Record { return p.fleet.All() }
@@ -38,10 +75,11 @@ func (p *proxyStatus) All() []proxystatus.Record { return p.fleet.All() }
 // Full returns every local record as a full batch.
 func (p *proxyStatus) Full() json.RawMessage {
 	recs := p.tracker.Records()
-	if len(recs) == 0 {
+	spokes := p.spokes.full()
+	if len(recs) == 0 && len(spokes) == 0 {
 		return nil
 	}
-	raw, _ := json.Marshal(proxyStatusBatch{Full: true, Changed: recs})
+	raw, _ := json.Marshal(proxyStatusBatch{Full: true, Changed: recs, Spokes: &spokes})
 	return raw
 }
 
@@ -49,20 +87,25 @@ func (p *proxyStatus) Full() json.RawMessage {
 // them as a batch for the peers.
 func (p *proxyStatus) TakeChanges() (json.RawMessage, bool) {
 	changed, removed := p.tracker.TakeChanges()
-	if len(changed) == 0 && len(removed) == 0 {
+	spokes, spokesChanged := p.spokes.take()
+	if len(changed) == 0 && len(removed) == 0 && !spokesChanged {
 		return nil, false
 	}
 	p.fleet.Upsert(p.self, changed)
 	p.fleet.Remove(p.self, removed)
-	raw, err := json.Marshal(proxyStatusBatch{Changed: changed, Removed: removed})
+	b := proxyStatusBatch{Changed: changed, Removed: removed}
+	if spokesChanged {
+		b.Spokes = &spokes
+	}
+	raw, err := json.Marshal(b)
 	if err != nil {
 		return nil, false
 	}
 	return raw, true
 }
 
-// Changed signals that the tracker has changes.
-func (p *proxyStatus) Changed() <-chan struct{} { return p.tracker.Changes() }
+// Changed signals that the tracker or the spokes have changes.
+func (p *proxyStatus) Changed() <-chan struct{} { return p.changed }
 
 // Apply merges a peer's batch. A record must name its sender as replica: a
 // peer cannot speak for another.
@@ -76,6 +119,9 @@ func (p *proxyStatus) Apply(from federation.ReplicaID, raw json.RawMessage) erro
 			return fmt.Errorf("proxy status batch from %s carries a record of replica %q", from, r.Replica)
 		}
 	}
+	if b.Spokes != nil {
+		p.spokes.apply(string(from), *b.Spokes)
+	}
 	if b.Full {
 		p.fleet.Replace(string(from), b.Changed)
 		return nil
@@ -86,4 +132,7 @@ func (p *proxyStatus) Apply(from federation.ReplicaID, raw json.RawMessage) erro
 }
 
 // DropReplica forgets a departed replica's proxies.
-func (p *proxyStatus) DropReplica(id federation.ReplicaID) { p.fleet.DropReplica(string(id)) }
+func (p *proxyStatus) DropReplica(id federation.ReplicaID) {
+	p.fleet.DropReplica(string(id))
+	p.spokes.drop(string(id))
+}

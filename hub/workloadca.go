@@ -149,12 +149,3 @@ func trustz(roots []federation.Root) Trustz {
 	}
 	return out
 }
-
-// spokez is the JSON document of /debug/spokez: the spoke shims that
-// watched this replica's trust bundle (for meshfedctl remote-clusters).
-func spokez(w *workloadCA) []trustsvc.SpokeStatus {
-	if w == nil {
-		return []trustsvc.SpokeStatus{}
-	}
-	return w.trust.Spokes()
-}

@@ -85,6 +85,9 @@ type SpokeStatus struct {
 	Streams int `json:"streams"`
 	// BundleVersion is the bundle version last sent to the cluster.
 	BundleVersion string `json:"bundleVersion"`
+	// Hubs are the hub replicas holding the open streams, in a view merged
+	// over replicas (empty in Service.Spokes, which is one replica's).
+	Hubs []string `json:"hubs,omitempty"`
 }
 
 // Service implements trustapi.TrustBundleServer.
@@ -94,6 +97,9 @@ type Service struct {
 	mu     sync.Mutex
 	notify chan struct{} // closed and replaced on every change
 	spokes map[model.ClusterID]*SpokeStatus
+	// spokesChanged signals (coalesced) a change of Spokes, other than
+	// the passing of time.
+	spokesChanged chan struct{}
 
 	streams *prometheus.GaugeVec
 	pushes  *prometheus.CounterVec
@@ -111,9 +117,10 @@ func New(opts Options) (*Service, error) {
 		opts.Log = logr.Discard()
 	}
 	s := &Service{
-		opts:   opts,
-		notify: make(chan struct{}),
-		spokes: map[model.ClusterID]*SpokeStatus{},
+		opts:          opts,
+		notify:        make(chan struct{}),
+		spokes:        map[model.ClusterID]*SpokeStatus{},
+		spokesChanged: make(chan struct{}, 1),
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meshfed_hub_trust_streams",
 			Help: "Open trust-bundle Watch streams, by client: spoke (spoke shims) or agent (workload agents).",
@@ -264,6 +271,18 @@ func (s *Service) connected(c model.ClusterID, id ca.Identity, version string) {
 	now := s.opts.Clock.Now()
 	st.Version, st.Identity, st.ConnectedAt, st.LastSeen = version, id.String(), now, now
 	st.Streams++
+	s.spokesChangedLocked()
+}
+
+// SpokesChanged signals, coalesced, that Spokes changed: a stream opened or
+// closed, or sent another bundle version.
+func (s *Service) SpokesChanged() <-chan struct{} { return s.spokesChanged }
+
+func (s *Service) spokesChangedLocked() {
+	select {
+	case s.spokesChanged <- struct{}{}:
+	default:
+	}
 }
 
 func (s *Service) disconnected(c model.ClusterID) {
@@ -272,14 +291,16 @@ func (s *Service) disconnected(c model.ClusterID) {
 	if st := s.spokes[c]; st != nil {
 		st.Streams--
 		st.LastSeen = s.opts.Clock.Now()
+		s.spokesChangedLocked()
 	}
 }
 
 func (s *Service) sent(c model.ClusterID, version string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.spokes[c]; st != nil {
+	if st := s.spokes[c]; st != nil && st.BundleVersion != version {
 		st.BundleVersion = version
+		s.spokesChangedLocked()
 	}
 }
 

@@ -37,12 +37,13 @@ type federationz struct {
 }
 
 // spokez is the part of the hub's /debug/spokez (trustsvc.SpokeStatus)
-// that meshfedctl reads: the spokes whose trust-bundle stream is on the
-// answering replica.
+// that meshfedctl reads: every spoke of the fleet, with the replicas that
+// hold its trust-bundle streams.
 type spokez []struct {
-	Cluster string `json:"cluster"`
-	Version string `json:"version"`
-	Healthy bool   `json:"healthy"`
+	Cluster string   `json:"cluster"`
+	Version string   `json:"version"`
+	Healthy bool     `json:"healthy"`
+	Hubs    []string `json:"hubs"`
 }
 
 // remoteClustersDoc is what `remote-clusters -o json` writes.
@@ -104,6 +105,9 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 			health := "down"
 			if sp.Healthy {
 				health = "healthy"
+				if len(sp.Hubs) > 0 {
+					health += " via " + strings.Join(sp.Hubs, ",")
+				}
 			}
 			spokes[sp.Cluster] = dash(sp.Version) + " (" + health + ")"
 		}
