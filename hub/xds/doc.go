@@ -20,4 +20,9 @@
 // the listener LinearCache before the watch is created; it stays there
 // (one small resource per server address ever seen). With Options.Security
 // (the hub's --xds-mtls) clusters and inbound listeners carry mTLS.
+//
+// A LinearCache answers a request that accepted no version at once, so a
+// proxy that NACKs its first response would be sent it again in a tight
+// loop; nackBackoff holds back the answer to each NACK in a row a little
+// longer (Options.NACKBackoff), per stream and type, until an ACK.
 package xds

@@ -55,6 +55,9 @@ type Options struct {
 	// TrustDomain of the SPIFFE IDs that clusters accept; empty means
 	// cluster.local.
 	TrustDomain string
+	// NACKBackoff holds back the answer to a proxy that keeps rejecting
+	// what it is sent (see nackBackoff); zero values take the defaults.
+	NACKBackoff Backoff
 }
 
 // genOptions are the xdsgen options of these server options.
@@ -70,6 +73,7 @@ type Server struct {
 	names   map[model.Hostname][]serviceNames // guarded by cache.mu
 	metrics *metrics
 	status  *StatusTracker
+	nacks   *nackBackoff
 	csds    *csdsServer
 	ready   chan struct{}
 	addr    net.Addr
@@ -91,6 +95,7 @@ func New(opts Options) *Server {
 		ready:   make(chan struct{}),
 	}
 	s.status = NewStatusTracker(opts.Replica, opts.Clock, opts.Metrics)
+	s.nacks = newNACKBackoff(opts.NACKBackoff)
 	s.csds = newCSDS(s.status)
 	s.cache = newGroupCache(s.buildGroup)
 	genOpts := opts.genOptions()
@@ -345,25 +350,46 @@ func shortType(typeURL string) string {
 	return "other"
 }
 
+// onRequest counts and logs a NACK, and holds back the stream's answer to
+// it (nackBackoff). Only the first NACK in a row is logged at the default
+// level: a proxy stuck on a bad config would otherwise flood the log.
+func (s *Server) onRequest(k streamKey, node, typeURL, nackMsg string, nack bool) {
+	if nack {
+		s.metrics.nacks.WithLabelValues(shortType(typeURL)).Inc()
+	}
+	d := s.nacks.wait(k, typeURL, nack)
+	switch {
+	case !nack:
+	case d == s.nacks.policy.Initial:
+		s.opts.Log.Info("proxy rejected config", "node", node, "type", typeURL, "error", nackMsg)
+	default:
+		s.opts.Log.V(1).Info("proxy rejected config again", "node", node, "type", typeURL, "error", nackMsg, "heldBack", d)
+	}
+}
+
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(_ context.Context, id int64, _ string) error {
+		StreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
 			s.metrics.proxies.Inc()
 			s.status.StreamOpened(false, id)
+			s.nacks.opened(ctx, streamKey{false, id})
 			return nil
 		},
 		StreamClosedFunc: func(id int64, _ *corev3.Node) {
 			s.metrics.proxies.Dec()
 			s.status.StreamClosed(false, id)
+			s.nacks.closed(streamKey{false, id})
 		},
-		DeltaStreamOpenFunc: func(_ context.Context, id int64, _ string) error {
+		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
 			s.metrics.proxies.Inc()
 			s.status.StreamOpened(true, id)
+			s.nacks.opened(ctx, streamKey{true, id})
 			return nil
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
 			s.metrics.proxies.Dec()
 			s.status.StreamClosed(true, id)
+			s.nacks.closed(streamKey{true, id})
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			s.status.OnResponse(id, resp)
@@ -373,18 +399,12 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
 			s.status.OnRequest(id, req)
-			if req.GetErrorDetail() != nil {
-				s.metrics.nacks.WithLabelValues(shortType(req.GetTypeUrl())).Inc()
-				s.opts.Log.Info("proxy rejected config", "node", req.GetNode().GetId(),
-					"type", req.GetTypeUrl(), "error", req.GetErrorDetail().GetMessage())
-			}
+			s.onRequest(streamKey{false, id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 			return nil
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
 			s.status.OnDeltaRequest(id, req)
-			if req.GetErrorDetail() != nil {
-				s.metrics.nacks.WithLabelValues(shortType(req.GetTypeUrl())).Inc()
-			}
+			s.onRequest(streamKey{true, id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 			return nil
 		},
 	}

@@ -1,0 +1,108 @@
+package xds
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/pkg/xdsgen"
+)
+
+// nackAll answers every response on a with a NACK (the version it last
+// accepted: none) for window, and returns how many responses came in it,
+// and the next response, which it leaves unanswered.
+func nackAll(a *adsClient, window time.Duration) (int, *discoveryv3.DiscoveryResponse) {
+	a.t.Helper()
+	type result struct {
+		r   *discoveryv3.DiscoveryResponse
+		err error
+	}
+	ch := make(chan result, 1)
+	recv := func() {
+		r, err := a.stream.Recv()
+		ch <- result{r, err}
+	}
+	go recv()
+	deadline := time.After(window)
+	n := 0
+	for {
+		select {
+		case res := <-ch:
+			if res.err != nil {
+				a.t.Fatal(res.err)
+			}
+			n++
+			if err := a.stream.Send(&discoveryv3.DiscoveryRequest{
+				Node: a.node, TypeUrl: res.r.GetTypeUrl(), ResourceNames: []string{xdsgen.ClusterName(echo, 8080)},
+				ResponseNonce: res.r.GetNonce(), ErrorDetail: &status.Status{Message: "rejected by test"},
+			}); err != nil {
+				a.t.Fatal(err)
+			}
+			go recv()
+		case <-deadline:
+			select {
+			case res := <-ch:
+				if res.err != nil {
+					a.t.Fatal(res.err)
+				}
+				return n, res.r
+			case <-time.After(10 * time.Second):
+				a.t.Fatal("no response after the NACKs within 10s")
+				return n, nil
+			}
+		}
+	}
+}
+
+// A proxy that rejects everything it is sent is not resent the same
+// config in a tight loop: go-control-plane's LinearCache answers a request
+// that accepted no version at once, so without a backoff each NACK
+// brings the same response back within microseconds.
+func TestNACKBackoff(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	gen := st.NextGeneration("c1")
+	if err := st.ReplaceCluster("c1", gen, shard("c1", "r1", "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Addr: "127.0.0.1:0", Registry: st, Log: testr.New(t), Metrics: prometheus.NewRegistry(),
+		NACKBackoff: Backoff{Initial: 50 * time.Millisecond, Max: 400 * time.Millisecond}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	addr := s.Addr().String()
+
+	a := newADS(t, addr, "c1", "r1")
+	a.request(resourcev3.EndpointType, "", "", xdsgen.ClusterName(echo, 8080))
+	// 50+100+200+400+400 ms: at most 6 responses in a second, where the
+	// loop without a backoff makes thousands.
+	n, r := nackAll(a, time.Second)
+	t.Logf("%d responses to a proxy that NACKs everything, in 1s", n)
+	if n < 2 || n > 10 {
+		t.Fatalf("%d responses in 1s to a NACKing proxy, want a few (backed off), and more than one (retried)", n)
+	}
+
+	// An ACK ends the backoff: the next change arrives at once.
+	a.request(resourcev3.EndpointType, r.GetVersionInfo(), r.GetNonce(), xdsgen.ClusterName(echo, 8080))
+	if err := st.UpdateShard("c1", gen, echo, shard("c1", "r1", "10.1.0.1", "10.1.0.2")[echo]); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r = a.recv()
+	if len(cla(t, r).GetEndpoints()) == 0 {
+		t.Fatalf("empty load assignment after the change")
+	}
+	t.Logf("change after the ACK delivered in %v", time.Since(start))
+}
