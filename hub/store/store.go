@@ -55,11 +55,18 @@ func New(opts Options) *Store {
 
 // NextGeneration returns the term under which a new watcher of cluster c
 // writes: higher than any this replica has seen for c, so its snapshot
-// supersedes the previous owner's.
+// supersedes the previous owner's, and not lower than the clock in
+// milliseconds. The clock floor matters when a cluster is removed and
+// added again and its new owner is a replica that never saw it before:
+// the others keep the removed incarnation's term as a tombstone and refuse
+// anything not newer, and a term counted from 1 would be refused for as
+// long as that replica owns the cluster. A term taken from the clock is
+// newer than the removal (unless the replicas' clocks disagree by more
+// than the time between removal and re-adding).
 func (s *Store) NextGeneration(c model.ClusterID) model.Generation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return model.Generation(s.state.NextTerm(c))
+	return model.Generation(max(s.state.NextTerm(c), uint64(max(s.opts.Clock.Now().UnixMilli(), 0))))
 }
 
 // ReplaceCluster publishes the whole state of cluster c as listed by this
