@@ -27,22 +27,7 @@ func TestMTLSAcrossClusters(t *testing.T) {
 	}
 	hub := framework.StartTestHub(t, f, framework.HubOptions{Args: []string{"--xds-mtls"}})
 
-	roots := x509.NewCertPool()
-	framework.RequireEventually(t, converge, func() error {
-		tz, err := hub.Trustz(ctx)
-		if err != nil {
-			return err
-		}
-		if len(tz.Roots) == 0 {
-			return errors.New("empty trust bundle")
-		}
-		for _, r := range tz.Roots {
-			if !roots.AppendCertsFromPEM([]byte(r.PEM)) {
-				return fmt.Errorf("root %s does not parse", r.Fingerprint)
-			}
-		}
-		return nil
-	})
+	_, roots := waitTrustBundle(t, hub)
 	certs := &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots}
 
 	c1, c2 := f.Remote("cluster-1"), f.Remote("cluster-2")
@@ -122,4 +107,30 @@ func TestMTLSAcrossClusters(t *testing.T) {
 	} else {
 		t.Logf("plaintext call refused: %v", err)
 	}
+}
+
+// waitTrustBundle waits until h's trust bundle has roots and returns them,
+// as PEM and as a pool.
+func waitTrustBundle(t *testing.T, h *framework.Hub) ([]byte, *x509.CertPool) {
+	t.Helper()
+	var pemBytes []byte
+	pool := x509.NewCertPool()
+	framework.RequireEventually(t, converge, func() error {
+		tz, err := h.Trustz(t.Context())
+		if err != nil {
+			return err
+		}
+		if len(tz.Roots) == 0 {
+			return errors.New("empty trust bundle")
+		}
+		pemBytes, pool = nil, x509.NewCertPool()
+		for _, r := range tz.Roots {
+			if !pool.AppendCertsFromPEM([]byte(r.PEM)) {
+				return fmt.Errorf("root %s does not parse", r.Fingerprint)
+			}
+			pemBytes = append(pemBytes, r.PEM...)
+		}
+		return nil
+	})
+	return pemBytes, pool
 }

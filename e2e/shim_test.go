@@ -284,20 +284,7 @@ func TestSpokeStatusFleetWide(t *testing.T) {
 	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key})
 	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
 	r := f.Remotes()[0]
-	pool := x509.NewCertPool()
-	framework.RequireEventually(t, converge, func() error {
-		tz, err := h0.Trustz(ctx)
-		if err != nil {
-			return err
-		}
-		for _, root := range tz.Roots {
-			pool.AppendCertsFromPEM([]byte(root.PEM))
-		}
-		if len(tz.Roots) == 0 {
-			return errors.New("empty trust bundle")
-		}
-		return nil
-	})
+	_, pool := waitTrustBundle(t, h0)
 	opts := shim.DefaultOptions()
 	opts.HubAddr, opts.HubRoots, opts.ServerName, opts.ClusterID = h0.CAAddr(), pool, "localhost", string(r.ID)
 	opts.TokenFunc, opts.Client, opts.Version = shimTokenFunc(t, r), kubernetes.NewForConfigOrDie(r.RESTConfig()), "e2e"

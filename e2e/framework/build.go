@@ -19,6 +19,8 @@ import (
 const (
 	HubPackage = "./hub/cmd/meshfed-hub"
 	CtlPackage = "./hub/cmd/meshfedctl"
+	// AgentPackage is the pod agent's (the grpc-agent template's).
+	AgentPackage = "./spoke/cmd/meshfed-agent"
 )
 
 // BuildOptions tells BuildHubBinary where and how to build.

@@ -25,6 +25,10 @@ const (
 	// EnvCtlBinary names a prebuilt meshfedctl; unset means build it once
 	// per test process.
 	EnvCtlBinary = "MESHFED_CTL_BIN"
+	// EnvAgentBinary names a prebuilt meshfed-agent (the pod agent of the
+	// grpc-agent injection template); unset means build it once per test
+	// process.
+	EnvAgentBinary = "MESHFED_AGENT_BIN"
 	// EnvVerbose, when non-empty, copies hub output to stderr.
 	EnvVerbose = "MESHFED_E2E_VERBOSE"
 )
@@ -56,6 +60,28 @@ func TestCtlBinary(ctx context.Context) (string, error) {
 		ctlBuild.path, ctlBuild.err = BuildHubBinary(bctx, BuildOptions{Package: CtlPackage})
 	})
 	return ctlBuild.path, ctlBuild.err
+}
+
+// agentBuild is hubBuild's twin for meshfed-agent.
+var agentBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// TestAgentBinary returns the meshfed-agent binary for tests:
+// $MESHFED_AGENT_BIN if set, else a build of ./spoke/cmd/meshfed-agent made
+// once per process.
+func TestAgentBinary(ctx context.Context) (string, error) {
+	if p := os.Getenv(EnvAgentBinary); p != "" {
+		return p, nil
+	}
+	agentBuild.once.Do(func() {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hubBuildTimeout)
+		defer cancel()
+		agentBuild.path, agentBuild.err = BuildHubBinary(bctx, BuildOptions{Package: AgentPackage})
+	})
+	return agentBuild.path, agentBuild.err
 }
 
 // Meshfedctl runs the meshfedctl binary with args and returns its standard

@@ -46,6 +46,11 @@ type ClientOptions struct {
 	// credentials, so the client speaks mTLS where the hub's clusters say
 	// so and plaintext elsewhere.
 	CertDir string
+	// Bootstrap, when set, is a bootstrap written elsewhere (by
+	// meshfed-agent, say), used as it is: HubAddr and the node fields
+	// above are ignored, and Dial uses xDS credentials when it declares
+	// certificate providers.
+	Bootstrap []byte
 }
 
 // XDSClient is a proxyless gRPC xDS client with its own bootstrap: its own
@@ -66,6 +71,7 @@ type XDSClient struct {
 	nodeID    string
 	bootstrap []byte
 	builder   resolver.Builder
+	secure    bool // the bootstrap declares certificate providers
 
 	mu     sync.Mutex
 	conns  []*XDSConn
@@ -112,6 +118,9 @@ func NodeID(ip, name, namespace string) string {
 // No connection is made until the first RPC of a Dial. ctx is unused today
 // and reserved for setup that may need it.
 func NewXDSClient(_ context.Context, opts ClientOptions) (*XDSClient, error) {
+	if opts.Bootstrap != nil {
+		return clientFromBootstrap(opts)
+	}
 	if opts.HubAddr == "" {
 		return nil, errors.New("framework: ClientOptions.HubAddr is empty")
 	}
@@ -161,7 +170,20 @@ func NewXDSClient(_ context.Context, opts ClientOptions) (*XDSClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("framework: xDS resolver: %w", err)
 	}
-	return &XDSClient{opts: opts, nodeID: nodeID, bootstrap: bs, builder: builder}, nil
+	return &XDSClient{opts: opts, nodeID: nodeID, bootstrap: bs, builder: builder, secure: opts.CertDir != ""}, nil
+}
+
+func clientFromBootstrap(opts ClientOptions) (*XDSClient, error) {
+	var b bootstrapJSON
+	if err := json.Unmarshal(opts.Bootstrap, &b); err != nil {
+		return nil, fmt.Errorf("framework: xDS bootstrap: %w", err)
+	}
+	builder, err := xds.NewXDSResolverWithConfigForTesting(opts.Bootstrap)
+	if err != nil {
+		return nil, fmt.Errorf("framework: xDS resolver: %w", err)
+	}
+	return &XDSClient{opts: opts, nodeID: b.Node.ID, bootstrap: slices.Clone(opts.Bootstrap), builder: builder,
+		secure: len(b.CertificateProviders) > 0}, nil
 }
 
 // NodeID returns the node ID the client presents to the hub.
@@ -187,7 +209,7 @@ func (c *XDSClient) Dial(target string) (*XDSConn, error) {
 		return nil, errors.New("framework: xDS client is closed")
 	}
 	var creds credentials.TransportCredentials = insecure.NewCredentials()
-	if c.opts.CertDir != "" {
+	if c.secure {
 		xc, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: creds})
 		if err != nil {
 			return nil, fmt.Errorf("framework: xDS credentials: %w", err)
