@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -37,11 +36,7 @@ func serviceAccountToken(t *testing.T, r *framework.RemoteCluster, ns, sa string
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if err := r.EnsureNamespace(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil &&
-		!strings.Contains(err.Error(), "already exists") {
+	if err := r.EnsureServiceAccount(ctx, ns, sa); err != nil {
 		t.Fatal(err)
 	}
 	ttl := int64(3600)

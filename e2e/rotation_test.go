@@ -20,10 +20,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/hub/ca"
@@ -210,34 +206,8 @@ func lineWith(out, s string) string {
 // trusted (root-cert.pem).
 func putCACerts(t *testing.T, cfg *framework.ConfigCluster, signer *pki.CA, roots ...*pki.CA) {
 	t.Helper()
-	keyPEM, err := signer.KeyPEM()
-	if err != nil {
+	if err := cfg.PutCACerts(t.Context(), signer, roots...); err != nil {
 		t.Fatal(err)
-	}
-	var rootsPEM []byte
-	for _, r := range roots {
-		rootsPEM = append(rootsPEM, r.CertPEM...)
-	}
-	data := map[string][]byte{ca.KeyCACert: signer.CertPEM, ca.KeyCAKey: keyPEM, ca.KeyRootCert: rootsPEM}
-	ctx := t.Context()
-	if err := cfg.EnsureNamespace(ctx, framework.RemoteSecretNamespace); err != nil {
-		t.Fatal(err)
-	}
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: framework.RemoteSecretNamespace, Name: ca.PluginSecret}}
-	switch err := cfg.Client().Get(ctx, client.ObjectKeyFromObject(sec), sec); {
-	case apierrors.IsNotFound(err):
-		sec.Data = data
-		err = cfg.Client().Create(ctx, sec)
-		if err != nil {
-			t.Fatal(err)
-		}
-	case err != nil:
-		t.Fatal(err)
-	default:
-		sec.Data = data
-		if err := cfg.Client().Update(ctx, sec); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

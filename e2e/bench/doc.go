@@ -98,4 +98,17 @@
 // Each b.Loop iteration loads another N endpoints into a new namespace and
 // measures the growth it causes, so -benchtime 2x averages two loads (the
 // second on top of the first); the default of make bench is one.
+//
+// # BenchmarkRootPropagation
+//
+// How fast step 1 of a root rotation spreads: a new root is added to the
+// config cluster's cacerts (10 times, one root at a time), and the benchmark
+// times, from before the Secret update, until every one of three hub
+// replicas lists the root in /debug/trustz (bundle-p50-ms, bundle-max-ms:
+// each replica follows the Secret through its own watch) and until a
+// workload agent (pkg/agent) connected to the third replica has written it
+// into its root-cert.pem (agent-p50-ms, agent-max-ms: the hub's
+// trust-bundle stream, then the agent's file generation). Polling is every
+// 2 ms. The failover, watch-count and replication benchmarks are described
+// with their code (federation_bench_test.go).
 package bench

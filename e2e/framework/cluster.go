@@ -18,7 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
 )
 
 // Names the Istio remote-secret format uses.
@@ -196,6 +198,19 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, ns string) error {
 	err := c.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("framework: creating namespace %s in %s: %w", ns, c.name, err)
+	}
+	return nil
+}
+
+// EnsureServiceAccount creates namespace ns and service account ns/name
+// in the cluster unless they exist.
+func (c *Cluster) EnsureServiceAccount(ctx context.Context, ns, name string) error {
+	if err := c.EnsureNamespace(ctx, ns); err != nil {
+		return err
+	}
+	err := c.client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("framework: creating service account %s/%s in %s: %w", ns, name, c.name, err)
 	}
 	return nil
 }
@@ -401,5 +416,36 @@ func (r *RemoteCluster) ensureNode(ctx context.Context) error {
 		return fmt.Errorf("framework: creating node in %s: %w", r.ID, err)
 	}
 	r.nodeCreated = true
+	return nil
+}
+
+// PutCACerts creates or replaces the hub's plug-in CA Secret "cacerts" in
+// the hub's namespace (RemoteSecretNamespace): signer signs workload
+// certificates, roots are what workloads trust (root-cert.pem).
+func (c *ConfigCluster) PutCACerts(ctx context.Context, signer *pki.CA, roots ...*pki.CA) error {
+	keyPEM, err := signer.KeyPEM()
+	if err != nil {
+		return fmt.Errorf("framework: cacerts: %w", err)
+	}
+	var rootsPEM []byte
+	for _, r := range roots {
+		rootsPEM = append(rootsPEM, r.CertPEM...)
+	}
+	if err := c.EnsureNamespace(ctx, RemoteSecretNamespace); err != nil {
+		return err
+	}
+	data := map[string][]byte{ca.KeyCACert: signer.CertPEM, ca.KeyCAKey: keyPEM, ca.KeyRootCert: rootsPEM}
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: RemoteSecretNamespace, Name: ca.PluginSecret}, Data: data}
+	err = c.client.Create(ctx, sec)
+	if apierrors.IsAlreadyExists(err) {
+		cur := &corev1.Secret{}
+		if err = c.client.Get(ctx, client.ObjectKeyFromObject(sec), cur); err == nil {
+			cur.Data = data
+			err = c.client.Update(ctx, cur)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("framework: writing cacerts: %w", err)
+	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -205,13 +206,22 @@ func (h *Hub) Trustz(ctx context.Context) (*Trustz, error) {
 
 // Trustz is the hub's /debug/trustz document.
 type Trustz struct {
-	Roots []struct {
-		TrustDomain string `json:"trustDomain"`
-		Fingerprint string `json:"fingerprint"`
-		Source      string `json:"source"`
-		RetireAt    string `json:"retireAt"`
-		PEM         string `json:"pem"`
-	} `json:"roots"`
+	Roots []TrustzRoot `json:"roots"`
+}
+
+// TrustzRoot is one root of the hub's trust bundle.
+type TrustzRoot struct {
+	TrustDomain string `json:"trustDomain"`
+	Fingerprint string `json:"fingerprint"`
+	Source      string `json:"source"`
+	// RetireAt is set while the root retires after a rotation.
+	RetireAt string `json:"retireAt"`
+	PEM      string `json:"pem"`
+}
+
+// Has reports whether the bundle holds the root of fingerprint fp.
+func (tz *Trustz) Has(fp string) bool {
+	return slices.ContainsFunc(tz.Roots, func(r TrustzRoot) bool { return r.Fingerprint == fp })
 }
 
 // PeerAddr returns the hub's replica-to-replica gRPC address.
