@@ -1,7 +1,12 @@
 package ca_test
 
 import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
+	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -84,4 +89,60 @@ func TestMissingCredentialsBeforeCSR(t *testing.T) {
 	if !errors.Is(ca.ErrMissingCredentials, ca.ErrMissingCredentials) || !ca.IsUnauthenticated(ca.ErrUnknownCluster) || ca.IsUnauthenticated(ca.ErrTokenReview) {
 		t.Error("IsUnauthenticated classification")
 	}
+}
+
+// FuzzKeysFromPEM feeds arbitrary contents of a CA Secret (cacerts is
+// written by operators and reloaded at run time) to KeysFromPEM. Whatever
+// the input it must not panic, must refuse with ErrInvalidCASecret, and
+// keys it accepts must sign leaves that verify with the roots they name,
+// under the roots SigningRoots lists.
+func FuzzKeysFromPEM(f *testing.F) {
+	now := time.Unix(1_750_000_000, 0)
+	root, err := pki.NewCA("fuzz root", 10*365*24*time.Hour, now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	other, err := pki.NewCA("fuzz other", 10*365*24*time.Hour, now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	keyPEM, _ := root.KeyPEM()
+	f.Add(root.CertPEM, keyPEM, []byte(nil), root.CertPEM)
+	f.Add(root.CertPEM, keyPEM, root.CertPEM, append(bytes.Clone(other.CertPEM), root.CertPEM...))
+	f.Add(root.CertPEM, keyPEM, []byte(nil), other.CertPEM) // does not chain
+	f.Add(root.CertPEM, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), []byte(nil), []byte(nil))
+	f.Add([]byte("not pem"), keyPEM, []byte("junk"), []byte("-----BEGIN CERTIFICATE-----\n\n-----END CERTIFICATE-----\n"))
+	f.Fuzz(func(t *testing.T, certPEM, keyPEM, chainPEM, rootsPEM []byte) {
+		keys, err := ca.KeysFromPEM(certPEM, keyPEM, chainPEM, rootsPEM, now)
+		if err != nil {
+			if !errors.Is(err, ca.ErrInvalidCASecret) {
+				t.Fatalf("error %v does not wrap ErrInvalidCASecret", err)
+			}
+			return
+		}
+		leafPEM, _, err := keys.CA().Issue(pki.IssueOptions{URIs: []*url.URL{{Scheme: "spiffe", Host: "cluster.local", Path: "/ns/a/sa/b"}},
+			Validity: time.Hour, Client: true, Now: now})
+		if err != nil {
+			return // a CA whose key cannot sign this (an odd algorithm) is the caller's to refuse at signing
+		}
+		block, _ := pem.Decode(leafPEM)
+		leaf, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mid := x509.NewCertPool()
+		for _, c := range keys.Chain() {
+			mid.AppendCertsFromPEM([]byte(c))
+		}
+		chains, err := leaf.Verify(x509.VerifyOptions{Roots: keys.Roots(), Intermediates: mid, CurrentTime: now.Add(time.Minute),
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		if err != nil {
+			t.Fatalf("a leaf of accepted keys does not verify with their roots: %v", err)
+		}
+		for _, c := range chains {
+			if !slices.Contains(keys.SigningRoots(), ca.Fingerprint(c[len(c)-1])) {
+				t.Fatalf("leaf verifies under a root SigningRoots does not list")
+			}
+		}
+	})
 }
