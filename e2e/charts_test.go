@@ -2,15 +2,18 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -292,6 +295,7 @@ func TestSpokeChartDefaults(t *testing.T) {
 			t.Errorf("spoke args %v lack %s", c.Args, arg)
 		}
 	}
+	knownFlags(t, "meshfed-spoke", binaryFlags(t, spokeBinary), c.Args)
 	if c.Image != "ghcr.io/meshfed/meshfed-spoke:0.1.0" || c.ReadinessProbe.HTTPGet.Path != "/readyz" ||
 		c.ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
 		t.Errorf("spoke container %s, readiness %+v", c.Image, c.ReadinessProbe.HTTPGet)
@@ -444,6 +448,7 @@ func TestSpokeChartOverrides(t *testing.T) {
 	var dep appsv1.Deployment
 	r.get(t, "Deployment", ns, "meshfed-spoke", &dep)
 	args := dep.Spec.Template.Spec.Containers[0].Args
+	knownFlags(t, "meshfed-spoke", binaryFlags(t, spokeBinary), args)
 	vols := dep.Spec.Template.Spec.Volumes
 	if !slices.Contains(args, "--dev-cert-hosts=meshfed-spoke.mesh-spoke.svc,meshfed-spoke.mesh-spoke.svc.cluster.local") ||
 		slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--tls-cert-file") }) ||
@@ -498,11 +503,14 @@ func TestHubChart(t *testing.T) {
 		"--join=meshfed-hub-gossip.meshfed.svc.cluster.local:7946",
 		"--peer-addr=:15011", "--peer-advertise-addr=$(POD_IP):15011", "--watch-replicas=1",
 		"--ca-addr=:15012", "--trust-domain=cluster.local", "--ca-audience=istio-ca",
+		"--root-spread=1m", "--root-retire-grace=1m",
 	} {
 		if !slices.Contains(args, a) {
 			t.Errorf("hub args lack %s: %v", a, args)
 		}
 	}
+	hubFlags := binaryFlags(t, framework.TestHubBinary)
+	knownFlags(t, "meshfed-hub", hubFlags, args)
 	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--gossip-key-file") }) {
 		t.Errorf("gossip key without a secret: %v", args)
 	}
@@ -541,6 +549,7 @@ func TestHubChart(t *testing.T) {
 			t.Errorf("hub args lack %s: %v", a, args)
 		}
 	}
+	knownFlags(t, "meshfed-hub", hubFlags, args)
 	vols := map[string]string{}
 	for _, v := range dep.Spec.Template.Spec.Volumes {
 		vols[v.Name] = v.Secret.SecretName
@@ -631,4 +640,52 @@ func boolRank(b bool) int {
 // yamlUnmarshal decodes YAML (or JSON) into out.
 func yamlUnmarshal(s string, out any) error {
 	return utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(s)), 4096).Decode(out)
+}
+
+// spokeBuild is the meshfed-spoke binary, built once per test process.
+var spokeBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func spokeBinary(ctx context.Context) (string, error) {
+	spokeBuild.once.Do(func() {
+		spokeBuild.path, spokeBuild.err = framework.BuildHubBinary(context.WithoutCancel(ctx),
+			framework.BuildOptions{Package: "./spoke/cmd/meshfed-spoke"})
+	})
+	return spokeBuild.path, spokeBuild.err
+}
+
+// binaryFlags returns the flags a meshfed binary accepts, read from its
+// -h output (Go's flag package: "  -name type" lines).
+func binaryFlags(t *testing.T, binary func(context.Context) (string, error)) map[string]bool {
+	t.Helper()
+	bin, err := binary(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.CommandContext(t.Context(), bin, "-h").CombinedOutput() // -h exits 0 or 2
+	flags := map[string]bool{}
+	for line := range strings.Lines(string(out)) {
+		if rest, ok := strings.CutPrefix(line, "  -"); ok {
+			flags[strings.Fields(rest)[0]] = true
+		}
+	}
+	if len(flags) == 0 {
+		t.Fatalf("%s -h listed no flags:\n%s", bin, out)
+	}
+	return flags
+}
+
+// knownFlags fails t for every --flag of args that the binary does not
+// accept: a chart must not pass what its binary would refuse at start.
+func knownFlags(t *testing.T, binary string, flags map[string]bool, args []string) {
+	t.Helper()
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if strings.HasPrefix(a, "--") && !flags[name] {
+			t.Errorf("the chart passes %s, which %s does not accept", a, binary)
+		}
+	}
 }
