@@ -38,7 +38,7 @@ bench: k8s-assets build ## benchmarks: figures printed side by side
 	KUBEBUILDER_ASSETS=$(ASSETS) $(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./federation/... ./hub/...
 	$(E2E_ENV) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./e2e/bench/
 
-demo: k8s-assets build ## a local fleet end to end: 3 remote clusters, a hub, backends and a client
+demo: k8s-assets build ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation
 	@echo "==> demo (Ctrl-C stops it and cleans up)"
 	$(E2E_ENV) $(GO) run ./e2e/cmd/meshfed-demo
 

@@ -431,12 +431,18 @@ func (c *ConfigCluster) PutCACerts(ctx context.Context, signer *pki.CA, roots ..
 	for _, r := range roots {
 		rootsPEM = append(rootsPEM, r.CertPEM...)
 	}
+	return c.PutCACertsPEM(ctx, signer.CertPEM, keyPEM, rootsPEM)
+}
+
+// PutCACertsPEM is PutCACerts with the Secret's PEM contents: the signing
+// CA's certificate and key, and the roots.
+func (c *ConfigCluster) PutCACertsPEM(ctx context.Context, certPEM, keyPEM, rootsPEM []byte) error {
 	if err := c.EnsureNamespace(ctx, RemoteSecretNamespace); err != nil {
 		return err
 	}
-	data := map[string][]byte{ca.KeyCACert: signer.CertPEM, ca.KeyCAKey: keyPEM, ca.KeyRootCert: rootsPEM}
+	data := map[string][]byte{ca.KeyCACert: certPEM, ca.KeyCAKey: keyPEM, ca.KeyRootCert: rootsPEM}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: RemoteSecretNamespace, Name: ca.PluginSecret}, Data: data}
-	err = c.client.Create(ctx, sec)
+	err := c.client.Create(ctx, sec)
 	if apierrors.IsAlreadyExists(err) {
 		cur := &corev1.Secret{}
 		if err = c.client.Get(ctx, client.ObjectKeyFromObject(sec), cur); err == nil {

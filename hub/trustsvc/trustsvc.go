@@ -100,6 +100,10 @@ type Service struct {
 	// spokesChanged signals (coalesced) a change of Spokes, other than
 	// the passing of time.
 	spokesChanged chan struct{}
+	// stopping is closed when Run returns: every stream then ends, so a
+	// graceful stop of the gRPC server need not wait for its grace period
+	// (the streams would otherwise stay open for as long as their clients).
+	stopping chan struct{}
 
 	streams *prometheus.GaugeVec
 	pushes  *prometheus.CounterVec
@@ -121,6 +125,7 @@ func New(opts Options) (*Service, error) {
 		notify:        make(chan struct{}),
 		spokes:        map[model.ClusterID]*SpokeStatus{},
 		spokesChanged: make(chan struct{}, 1),
+		stopping:      make(chan struct{}),
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meshfed_hub_trust_streams",
 			Help: "Open trust-bundle Watch streams, by client: spoke (spoke shims) or agent (workload agents).",
@@ -153,8 +158,11 @@ func Register(r grpc.ServiceRegistrar, opts Options) (*Service, error) {
 	return s, nil
 }
 
-// Run fans Options.Changed out to every stream until ctx ends.
+// Run fans Options.Changed out to every stream until ctx ends; then it ends
+// the streams (codes.Unavailable: the clients reconnect to another
+// replica).
 func (s *Service) Run(ctx context.Context) error {
+	defer close(s.stopping)
 	if s.opts.Changed == nil {
 		<-ctx.Done()
 		return nil
@@ -255,6 +263,8 @@ func (s *Service) Watch(_ *wrapperspb.BytesValue, stream grpc.ServerStreamingSer
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.stopping:
+			return status.Error(codes.Unavailable, "trustsvc: the hub is shutting down")
 		case <-wake:
 		}
 	}

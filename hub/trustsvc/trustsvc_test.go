@@ -222,3 +222,41 @@ func TestNewRequiresOptions(t *testing.T) {
 }
 
 type wrapperspbBytes = wrapperspb.BytesValue
+
+// When the service stops (Run's context ends, the hub shuts down), open
+// streams end with Unavailable, so the gRPC server's graceful stop does not
+// wait on them and the clients reconnect to another replica.
+func TestStreamsEndOnStop(t *testing.T) {
+	b := &bundle{roots: []federation.Root{root("aa")}}
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	svc, err := trustsvc.Register(srv, trustsvc.Options{Authenticator: fakeAuthn{}, Roots: b.get, Changed: make(chan struct{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { _ = svc.Run(ctx); close(ran) }()
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	cc, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := watch(t.Context(), cc, "cluster-1", "good", "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, st)
+	cancel()
+	<-ran
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	if _, err := st.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("stream after stop: %v, want Unavailable", err)
+	}
+	<-stopped // GracefulStop returns: no stream holds it
+}

@@ -1,17 +1,22 @@
 // Command meshfed-demo runs a local fleet end to end: a config cluster and
-// three remote clusters (real kube-apiservers), one meshfed hub, gRPC echo
-// backends in every cluster, and proxyless gRPC clients that reach them
-// through the hub. It prints how the clients' RPCs spread over the clusters
-// and how traffic fails over when the local cluster's endpoints go away.
-// Ctrl-C stops it at any point and cleans up.
+// four remote clusters (real kube-apiservers), two federated meshfed hub
+// replicas, xDS-enabled gRPC echo backends in three clusters, and proxyless
+// gRPC clients that reach them through the hub, every call over mTLS with
+// certificates from the hub's CA. It prints how the clients' RPCs spread
+// over the clusters, how traffic fails over when the local cluster's
+// endpoints go away or a hub replica dies, and how the CA's root is rotated
+// under traffic. Ctrl-C stops it at any point and cleans up.
 //
 // `make demo` runs it with KUBEBUILDER_ASSETS and MESHFED_HUB_BIN set.
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,11 +27,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
 )
 
 type options struct {
@@ -92,8 +101,9 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 			Locality: model.Locality{Region: fmt.Sprintf("region-%d", i), Zone: fmt.Sprintf("zone-%d", i)},
 		})
 	}
+	fopts.Remotes = append(fopts.Remotes, framework.RemoteClusterOptions{ID: "edge", Locality: model.Locality{Region: "elsewhere"}})
 
-	d.say("Starting a config cluster and 3 remote clusters (a real kube-apiserver and etcd each)...")
+	d.say("Starting a config cluster and 4 remote clusters (a real kube-apiserver and etcd each)...")
 	fleet, err := framework.NewFleet(ctx, fopts)
 	if err != nil {
 		return err
@@ -108,21 +118,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		d.detail("%s  %s  region=%s", r.ID, r.Host(), r.Locality.Region)
 	}
 
-	d.say("Deploying echo.demo (2 replicas, each a real gRPC server) in every remote cluster...")
-	workloads := map[model.ClusterID]*framework.Workload{}
-	for _, r := range fleet.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
-		if err != nil {
-			return err
-		}
-		defer w.Stop()
-		workloads[r.ID] = w
-		for _, rep := range w.Replicas() {
-			d.detail("%-22s pod IP %-12s listening on %s", rep.Identity, rep.PodIP, rep.Addr)
-		}
-	}
-
-	d.say("Writing Istio-format remote secrets into the config cluster: remote-a = {cluster-1, cluster-2}, remote-b = {cluster-3}")
+	d.say("Writing Istio-format remote secrets into the config cluster: remote-a = {cluster-1, cluster-2}, remote-b = {cluster-3}, remote-edge = {edge}")
 	cfg := fleet.Config()
 	if err := cfg.PutRemoteSecret(ctx, "remote-a", fleet.Remote("cluster-1"), fleet.Remote("cluster-2")); err != nil {
 		return err
@@ -130,8 +126,11 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	if err := cfg.PutRemoteSecret(ctx, "remote-b", fleet.Remote("cluster-3")); err != nil {
 		return err
 	}
+	if err := cfg.PutRemoteSecret(ctx, "remote-edge", fleet.Remote("edge")); err != nil {
+		return err
+	}
 
-	d.say("Starting two meshfed-hub replicas (encrypted gossip, mTLS peer streams) and waiting for /readyz...")
+	d.say("Starting two meshfed-hub replicas (encrypted gossip, mTLS peer streams, workload CA, mTLS in xDS) and waiting for /readyz...")
 	keyFile := filepath.Join(fleet.TempDir(), "gossip.key")
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -142,7 +141,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	var hubs []*framework.Hub
 	for i := range 2 {
-		ho := framework.HubOptions{ReplicaID: fmt.Sprintf("hub-%d", i), GossipKeyFile: keyFile, Join: hubs}
+		ho := framework.HubOptions{ReplicaID: fmt.Sprintf("hub-%d", i), GossipKeyFile: keyFile, Join: hubs, Args: hubArgs}
 		h, err := fleet.StartHub(ctx, ho)
 		if err != nil {
 			return err
@@ -169,15 +168,48 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}); err != nil {
 		return err
 	}
+	rootsPEM, err := trustBundle(ctx, hub)
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(rootsPEM)
+	certs := &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots, TTL: certTTL}
+	d.detail("the CA signs with the root it created in istio-ca-secret; leaves live %v and are renewed at half-life", certTTL)
+
+	d.say("Deploying echo.demo (2 replicas, each an xDS-enabled gRPC server with its own certificate agent) in cluster-1..3...")
+	workloads := map[model.ClusterID]*framework.Workload{}
+	for _, r := range fleet.Remotes()[:3] {
+		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2,
+			XDS: &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: certs}})
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+		workloads[r.ID] = w
+	}
+	for _, r := range fleet.Remotes()[:3] {
+		w := workloads[r.ID]
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := w.WaitServing(wctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		for _, rep := range w.Replicas() {
+			d.detail("%-22s pod IP %-12s listening on %s  spiffe://cluster.local/ns/demo/sa/echo", rep.Identity, rep.PodIP, rep.Addr)
+		}
+	}
 	if err := printRegistry(ctx, d, hub); err != nil {
 		return err
 	}
 
 	target := workloads["cluster-1"].Target()
-	local, err := client(ctx, hub, fleet.Remote("cluster-1").ID, fleet.Remote("cluster-1").Locality, target)
+	local, localAgent, err := client(ctx, fleet, hub, certs, fleet.Remote("cluster-1"), target)
 	if err != nil {
 		return err
 	}
+	defer localAgent.Stop()
 	defer local.Close()
 	d.say("A proxyless gRPC client in cluster-1 dials %s: its own cluster first", target)
 	if err := spread(ctx, d, local, opts.calls, "cluster-1"); err != nil {
@@ -200,10 +232,11 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return err
 	}
 
-	far, err := client(ctx, hub, "edge", model.Locality{Region: "elsewhere"}, target)
+	far, farAgent, err := client(ctx, fleet, hub, certs, fleet.Remote("edge"), target)
 	if err != nil {
 		return err
 	}
+	defer farAgent.Stop()
 	defer far.Close()
 	d.say("A client in cluster \"edge\", which has no echo backends, spreads over all three clusters")
 	if err := spread(ctx, d, far, opts.calls, "cluster-1", "cluster-2", "cluster-3"); err != nil {
@@ -239,6 +272,17 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		return err
 	}
 
+	d.say("Rotating the CA's root in one edit of cacerts (new CA, new and old roots) while the edge client calls without pause")
+	dirs := []string{localAgent.Dir(), farAgent.Dir()}
+	for _, w := range workloads {
+		for _, rep := range w.Replicas() {
+			dirs = append(dirs, rep.CertDir)
+		}
+	}
+	if err := rotate(ctx, d, cfg, hub, far, dirs, rootsPEM); err != nil {
+		return err
+	}
+
 	d.say("Deleting secret remote-b: cluster-3 leaves the mesh without a hub restart")
 	if err := cfg.DeleteRemoteSecret(ctx, "remote-b"); err != nil {
 		return err
@@ -256,14 +300,156 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	return nil
 }
 
-func client(ctx context.Context, hub *framework.Hub, id model.ClusterID, loc model.Locality, target string) (*framework.XDSConn, error) {
+// Settings of the demo's CA: short leaves, so that a root rotation runs its
+// course in seconds.
+const (
+	certTTL    = 20 * time.Second
+	rootSpread = 3 * time.Second
+)
+
+var hubArgs = []string{"--xds-mtls",
+	"--workload-cert-ttl=" + certTTL.String(), "--max-workload-cert-ttl=" + certTTL.String(),
+	"--root-spread=" + rootSpread.String(), "--root-retire-grace=2s"}
+
+// client starts a certificate agent for service account demo/client of
+// cluster r and a proxyless gRPC client in r that uses its files, and dials
+// target; it returns the agent too.
+func client(ctx context.Context, fleet *framework.Fleet, hub *framework.Hub, certs *framework.CertOptions, r *framework.RemoteCluster, target string) (*framework.XDSConn, *framework.CertAgent, error) {
+	if err := r.EnsureServiceAccount(ctx, "demo", "client"); err != nil {
+		return nil, nil, err
+	}
+	dir := filepath.Join(fleet.TempDir(), "certs-client-"+string(r.ID))
+	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	ag, err := r.StartCertAgent(actx, "demo", "client", dir, *certs)
+	if err != nil {
+		return nil, nil, err
+	}
 	c, err := framework.NewXDSClient(ctx, framework.ClientOptions{
-		HubAddr: hub.XDSAddr(), Cluster: id, Namespace: "demo", Locality: loc, Name: "client-" + string(id),
+		HubAddr: hub.XDSAddr(), Cluster: r.ID, Namespace: "demo", Locality: r.Locality,
+		Name: "client-" + string(r.ID), CertDir: dir,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c.Dial(target)
+	conn, err := c.Dial(target)
+	if err != nil {
+		ag.Stop()
+		return nil, nil, err
+	}
+	return conn, ag, nil
+}
+
+// trustBundle waits for the hub's trust bundle and returns it as PEM.
+func trustBundle(ctx context.Context, hub *framework.Hub) ([]byte, error) {
+	var out []byte
+	err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func() error {
+		tz, err := hub.Trustz(ctx)
+		if err != nil {
+			return err
+		}
+		out = nil
+		for _, r := range tz.Roots {
+			out = append(out, r.PEM...)
+		}
+		if len(out) == 0 {
+			return errors.New("empty trust bundle")
+		}
+		return nil
+	})
+	return out, err
+}
+
+// rotate replaces the CA's root in one edit of cacerts, then drops the old
+// root, while conn is called without pause, and reports what happened.
+func rotate(ctx context.Context, d *demo, cfg *framework.ConfigCluster, hub *framework.Hub, conn *framework.XDSConn, dirs []string, oldRootsPEM []byte) error {
+	newRoot, err := pki.NewCA("meshfed demo root 2", 365*24*time.Hour, time.Now())
+	if err != nil {
+		return err
+	}
+	keyPEM, err := newRoot.KeyPEM()
+	if err != nil {
+		return err
+	}
+	var ok, failed atomic.Int64
+	tctx, stopTraffic := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for tctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(tctx, 5*time.Second)
+			_, err := conn.Call(cctx)
+			cancel()
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case tctx.Err() == nil:
+				failed.Add(1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	defer func() { stopTraffic(); <-done }()
+	start := time.Now()
+	issuedBy := func(cn string) error {
+		for _, dir := range dirs {
+			b, err := os.ReadFile(filepath.Join(dir, agent.CertChainFile))
+			if err != nil {
+				return err
+			}
+			block, _ := pem.Decode(b)
+			if block == nil {
+				return fmt.Errorf("%s: no certificate", dir)
+			}
+			leaf, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return err
+			}
+			if leaf.Issuer.CommonName != cn {
+				return fmt.Errorf("a leaf is still issued by %q", leaf.Issuer.CommonName)
+			}
+		}
+		return nil
+	}
+	if err := cfg.PutCACertsPEM(ctx, newRoot.CertPEM, keyPEM, append(bytes.Clone(newRoot.CertPEM), oldRootsPEM...)); err != nil {
+		return err
+	}
+	if err := framework.Eventually(ctx, time.Minute, 50*time.Millisecond, func() error { return issuedBy(newRoot.Cert.Subject.CommonName) }); err != nil {
+		return err
+	}
+	d.detail("after %.1fs every workload and client holds a leaf of the new root (the hub staged the new CA for %v while its root spread)",
+		time.Since(start).Seconds(), rootSpread)
+	if err := cfg.PutCACertsPEM(ctx, newRoot.CertPEM, keyPEM, newRoot.CertPEM); err != nil {
+		return err
+	}
+	var retiring string
+	err = framework.Eventually(ctx, 2*time.Minute, 50*time.Millisecond, func() error {
+		tz, err := hub.Trustz(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range tz.Roots {
+			if r.RetireAt != "" {
+				retiring = r.RetireAt
+			}
+		}
+		if len(tz.Roots) != 1 || !tz.Has(ca.Fingerprint(newRoot.Cert)) {
+			return fmt.Errorf("%d roots", len(tz.Roots))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	d.detail("after %.1fs the old root left the trust bundle (it retired at %s, once its last leaf had expired)",
+		time.Since(start).Seconds(), retiring)
+	stopTraffic()
+	<-done
+	d.detail("%d calls answered during the rotation, %d failed", ok.Load(), failed.Load())
+	if failed.Load() > 0 {
+		return fmt.Errorf("%d calls failed during the root rotation", failed.Load())
+	}
+	return nil
 }
 
 // spread waits until RPCs come from exactly the clusters want (the hub's
