@@ -235,6 +235,17 @@ func (k *Keys) RootFingerprints() []string {
 // to: the roots a leaf signed now is verified with.
 func (k *Keys) SigningRoots() []string { return slices.Clone(k.signingRoots) }
 
+// signingRootsExpiry returns when the first of the signing roots expires.
+func (k *Keys) signingRootsExpiry() time.Time {
+	var first time.Time
+	for _, r := range k.rootCerts {
+		if slices.Contains(k.signingRoots, Fingerprint(r)) && (first.IsZero() || r.NotAfter.Before(first)) {
+			first = r.NotAfter
+		}
+	}
+	return first
+}
+
 // Equal reports whether k and o sign with the same CA, send the same chain
 // and trust the same roots.
 func (k *Keys) Equal(o *Keys) bool {

@@ -198,12 +198,24 @@ func NewKeyStore(ctx context.Context, opts KeyStoreOptions) (*KeyStore, error) {
 	for _, r := range []string{reloadRotated, reloadStaged, reloadRefused} {
 		s.reloads.WithLabelValues(r)
 	}
+	s.current.Store(keys)
 	if opts.Metrics != nil {
-		if err := opts.Metrics.Register(s.reloads); err != nil {
-			return nil, fmt.Errorf("ca: metrics: %w", err)
+		for _, c := range []prometheus.Collector{
+			s.reloads,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "meshfed_ca_cert_expiry_timestamp_seconds",
+				Help: "When the signing CA's certificate expires (Unix time), as Istio's citadel_server_cert_chain_expiry_timestamp.",
+			}, func() float64 { return float64(s.Current().CA().Cert.NotAfter.Unix()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "meshfed_ca_root_cert_expiry_timestamp_seconds",
+				Help: "When the first of the roots the CA signs under expires (Unix time), as Istio's citadel_server_root_cert_expiry_timestamp.",
+			}, func() float64 { return float64(s.Current().signingRootsExpiry().Unix()) }),
+		} {
+			if err := opts.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("ca: metrics: %w", err)
+			}
 		}
 	}
-	s.current.Store(keys)
 	return s, nil
 }
 

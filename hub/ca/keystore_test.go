@@ -66,7 +66,8 @@ func TestKeyStoreRotationSteps(t *testing.T) {
 	createNamespace(t, c, "rotate")
 	t0 := time.Now()
 	clk := clocktesting.NewFakeClock(t0)
-	oldCA, newCA := newRootCA(t, "old root", t0), newRootCA(t, "new root", t0)
+	// The new root expires later than the old one, as it would.
+	oldCA, newCA := newRootCA(t, "old root", t0), newRootCA(t, "new root", t0.Add(30*time.Minute))
 	putCACerts(t, c, "rotate", oldCA, oldCA)
 
 	reg := prometheus.NewRegistry()
@@ -118,6 +119,9 @@ func TestKeyStoreRotationSteps(t *testing.T) {
 	if l, s := issuerOf(); l != "old root" || s != "old root" {
 		t.Fatalf("before the rotation: leaf by %q, serving certificate by %q", l, s)
 	}
+	if got, want := gaugeValue(t, reg, "meshfed_ca_root_cert_expiry_timestamp_seconds"), float64(oldCA.cert.NotAfter.Unix()); got != want {
+		t.Fatalf("root expiry metric %v, want the old root's %v", got, want)
+	}
 	reload(false)
 
 	// Step 1: the new root is trusted, the old CA still signs.
@@ -152,6 +156,9 @@ func TestKeyStoreRotationSteps(t *testing.T) {
 	}
 	if l, s := issuerOf(); l != "new root" || s != "new root" {
 		t.Fatalf("step 2: leaf by %q, serving certificate by %q", l, s)
+	}
+	if got, want := gaugeValue(t, reg, "meshfed_ca_root_cert_expiry_timestamp_seconds"), float64(newCA.cert.NotAfter.Unix()); got != want {
+		t.Fatalf("root expiry metric %v, want the new root's %v", got, want)
 	}
 
 	// Step 3, much later: the old root retires counting from step 2.
@@ -380,4 +387,20 @@ func TestKeyStoreStagesAYoungSigningRoot(t *testing.T) {
 	if got := reloads(t, reg, "staged"); got != 1 {
 		t.Fatalf("staged reloads = %v, want 1", got)
 	}
+}
+
+// gaugeValue reads the single gauge name of reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }

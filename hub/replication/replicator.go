@@ -86,6 +86,7 @@ func New(opts Options) (*Replicator, error) {
 	}
 	r.peers.OnPeerDown(r.peerDown)
 	r.registerOwned(opts.Metrics)
+	r.registerTrust(opts.Metrics)
 	r.membership, err = federation.NewMembership(federation.MembershipOptions{
 		ReplicaID: opts.Self, BindAddr: opts.GossipAddr, AdvertiseAddr: opts.GossipAdvertiseAddr,
 		Join: opts.Join, Key: opts.GossipKey, PeerAddr: opts.PeerAdvertiseAddr,

@@ -37,6 +37,7 @@ type replica struct {
 	r      *Replicator
 	store  *store.Store
 	gossip string
+	reg    *prometheus.Registry
 }
 
 // startReplica runs a Replicator over a real store, real memberlist and
@@ -51,11 +52,12 @@ func startReplica(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []byte,
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
 	serverTLS, clientTLS := federation.PeerTLS(pool, cert)
+	reg := prometheus.NewRegistry()
 	r, err := New(Options{
 		Self: id, WatchReplicas: 1,
 		GossipAddr: ports[0], Join: join, GossipKey: key,
 		PeerAddr: ports[1], ServerTLS: serverTLS, ClientTLS: clientTLS,
-		Log: testr.New(t).WithName(string(id)), Metrics: prometheus.NewRegistry(),
+		Log: testr.New(t).WithName(string(id)), Metrics: reg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +73,7 @@ func startReplica(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []byte,
 			t.Errorf("replica %s: %v", id, err)
 		}
 	})
-	return &replica{r: r, store: st, gossip: ports[0]}
+	return &replica{r: r, store: st, gossip: ports[0], reg: reg}
 }
 
 func waitFor(t *testing.T, what string, cond func() error) {
@@ -184,5 +186,99 @@ func TestReplication(t *testing.T) {
 	}})
 	if ms := b.store.Service(echo); ms == nil || len(ms.Endpoints) != 2 {
 		t.Fatalf("forged delta changed state: %+v", ms)
+	}
+}
+
+// gauge reads a gauge of reg, the one whose labels include want.
+func gauge(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s %v", name, want)
+	return 0
+}
+
+// A retirement replicates like an add; at its time every replica drops the
+// root by itself and signals TrustChanged (so streams send the smaller
+// bundle); the bundle's metrics follow.
+func TestTrustRetirement(t *testing.T) {
+	ca, err := pki.NewCA("peer ca", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startReplica(t, "a", ca, nil, nil)
+	b := startReplica(t, "b", ca, nil, []string{a.gossip})
+	var fps []string
+	for i, validity := range []time.Duration{time.Hour, 2 * time.Hour} {
+		root, err := pki.NewCA(fmt.Sprintf("root %d", i), validity, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := federation.ParseRootPEM(root.CertPEM, "cluster.local", "a", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.r.AddRoot(parsed[0])
+		fps = append(fps, parsed[0].Fingerprint)
+	}
+	waitFor(t, "both roots on b", func() error {
+		if n := len(b.r.TrustRoots()); n != 2 {
+			return fmt.Errorf("%d roots", n)
+		}
+		return nil
+	})
+	retireAt := time.Now().Add(time.Second)
+	if !a.r.RetireRoot(fps[0], retireAt) {
+		t.Fatal("RetireRoot changed nothing")
+	}
+	waitFor(t, "the retirement on b", func() error {
+		for _, r := range b.r.TrustRoots() {
+			if r.Fingerprint == fps[0] && r.RetireAt.Equal(retireAt.UTC()) {
+				return nil
+			}
+		}
+		return fmt.Errorf("roots %v", b.r.TrustRoots())
+	})
+	if got := gauge(t, b.reg, "meshfed_trust_bundle_roots", map[string]string{"state": "retiring"}); got != 1 {
+		t.Fatalf("retiring roots = %v", got)
+	}
+	first := gauge(t, b.reg, "meshfed_trust_bundle_first_expiry_timestamp_seconds", nil)
+	if want := float64(time.Now().Add(time.Hour).Unix()); first < want-120 || first > want+120 {
+		t.Fatalf("first expiry %v, want about %v (the one-hour root)", first, want)
+	}
+	for len(b.r.TrustChanged()) > 0 {
+		<-b.r.TrustChanged()
+	}
+	select {
+	case <-b.r.TrustChanged():
+	case <-time.After(10 * time.Second):
+		t.Fatal("b did not signal the retirement when it came")
+	}
+	for _, rep := range []*replica{a, b} {
+		waitFor(t, "the retired root gone", func() error {
+			if roots := rep.r.TrustRoots(); len(roots) != 1 || roots[0].Fingerprint != fps[1] {
+				return fmt.Errorf("roots %v", roots)
+			}
+			return nil
+		})
+		if got := gauge(t, rep.reg, "meshfed_trust_bundle_roots", map[string]string{"state": "active"}); got != 1 {
+			t.Fatalf("active roots = %v", got)
+		}
 	}
 }
