@@ -6,7 +6,10 @@
 // Ownership follows the live members that memberlist reports, with one
 // shortcut: a member whose peer stream breaks is set aside at once (as
 // suspect) instead of waiting for gossip to declare it dead, so failover
-// starts within a probe's time. A suspect that reconnects is taken back.
+// starts within a probe's time; so is a member with which no peer stream
+// comes up within PeerConnectGrace (a replica that joined after a peer died
+// never sees that peer's stream break). A suspect that reconnects is taken
+// back.
 //
 // Anti-entropy runs two ways: every replica's digest travels in memberlist's
 // push/pull exchange, and a replica that sees a peer ahead on a cluster asks

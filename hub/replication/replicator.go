@@ -38,6 +38,14 @@ type Options struct {
 	PeerAddr, PeerAdvertiseAddr string
 	ServerTLS, ClientTLS        *tls.Config
 
+	// PeerConnectGrace is how long a gossip member may stay without a peer
+	// stream before it is set aside as suspect. Only one side of a pair
+	// dials, so a replica that joins after a peer died never sees that
+	// peer's stream break, and would otherwise count it as an owner until
+	// gossip declares it dead (seconds). Default 1s: a stream comes up in
+	// milliseconds.
+	PeerConnectGrace time.Duration
+
 	Log     logr.Logger
 	Metrics prometheus.Registerer
 	Clock   clock.PassiveClock
@@ -56,6 +64,10 @@ type Replicator struct {
 
 	departMu sync.Mutex // guards seen
 	seen     map[federation.ReplicaID]bool
+
+	// unconnected holds, per member without a peer stream, since when
+	// (checkUnconnected's; only its goroutine touches it).
+	unconnected map[federation.ReplicaID]time.Time
 }
 
 // New creates a Replicator for st. Call SetStore before Run if st is nil
@@ -70,9 +82,12 @@ func New(opts Options) (*Replicator, error) {
 	if opts.PeerAdvertiseAddr == "" {
 		opts.PeerAdvertiseAddr = opts.PeerAddr
 	}
+	if opts.PeerConnectGrace == 0 {
+		opts.PeerConnectGrace = time.Second
+	}
 	r := &Replicator{
 		opts: opts, own: newOwnership(opts.Self, opts.WatchReplicas), m: newMetrics(opts.Metrics),
-		trust: newTrustBundle(),
+		trust: newTrustBundle(), unconnected: map[federation.ReplicaID]time.Time{},
 	}
 	var err error
 	r.peers, err = federation.NewPeers(federation.PeerOptions{
@@ -172,6 +187,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	g.Go(func() error { return r.membership.Run(ctx) })
 	g.Go(func() error { r.runProxyStatus(ctx); return nil })
 	g.Go(func() error { r.runTrustDeadlines(ctx); return nil })
+	g.Go(func() error { r.runConnectCheck(ctx); return nil })
 	g.Go(func() error {
 		r.onMembers()
 		for {
@@ -231,6 +247,58 @@ func (r *Replicator) setMembers(ids []federation.ReplicaID) {
 	moved := r.own.setMembers(ids, clusters)
 	r.m.moves.Add(float64(moved))
 	r.m.members.Set(float64(len(ids)))
+}
+
+// runConnectCheck sets aside, every quarter of the grace, the members that
+// have had no peer stream for PeerConnectGrace.
+func (r *Replicator) runConnectCheck(ctx context.Context) {
+	t := time.NewTicker(r.opts.PeerConnectGrace / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.checkUnconnected(r.opts.Clock.Now())
+		}
+	}
+}
+
+// checkUnconnected suspects the live members without a peer stream since
+// PeerConnectGrace before now. A suspect that connects is taken back by
+// PeerHello.
+func (r *Replicator) checkUnconnected(now time.Time) {
+	connected := map[federation.ReplicaID]bool{}
+	for _, id := range r.peers.Connected() {
+		connected[id] = true
+	}
+	live := map[federation.ReplicaID]bool{}
+	changed := false
+	for _, m := range r.membership.Members() {
+		id := m.ID
+		live[id] = true
+		if id == r.opts.Self || connected[id] {
+			delete(r.unconnected, id)
+			continue
+		}
+		since, ok := r.unconnected[id]
+		if !ok {
+			r.unconnected[id] = now
+			continue
+		}
+		if now.Sub(since) >= r.opts.PeerConnectGrace && r.own.suspect(id, true) {
+			r.opts.Log.Info("no peer stream with a member; treating it as suspect", "peer", id, "since", since)
+			changed = true
+		}
+	}
+	for id := range r.unconnected {
+		if !live[id] {
+			delete(r.unconnected, id)
+		}
+	}
+	if changed {
+		r.setMembers(r.own.liveMembers())
+	}
 }
 
 // peerDown sets a peer aside as suspect: its clusters move now rather than

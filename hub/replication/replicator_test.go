@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -44,6 +45,12 @@ type replica struct {
 // real mTLS peer streams on loopback.
 func startReplica(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []byte, join []string) *replica {
 	t.Helper()
+	return startReplicaWith(t, id, ca, key, join, 0)
+}
+
+// startReplicaWith is startReplica with a PeerConnectGrace (0: default).
+func startReplicaWith(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []byte, join []string, grace time.Duration) *replica {
+	t.Helper()
 	ports := freePorts(t, 2)
 	cert, err := federation.PeerCertificate(ca, id, time.Now())
 	if err != nil {
@@ -56,7 +63,7 @@ func startReplica(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []byte,
 	r, err := New(Options{
 		Self: id, WatchReplicas: 1,
 		GossipAddr: ports[0], Join: join, GossipKey: key,
-		PeerAddr: ports[1], ServerTLS: serverTLS, ClientTLS: clientTLS,
+		PeerAddr: ports[1], ServerTLS: serverTLS, ClientTLS: clientTLS, PeerConnectGrace: grace,
 		Log: testr.New(t).WithName(string(id)), Metrics: reg,
 	})
 	if err != nil {
@@ -280,5 +287,42 @@ func TestTrustRetirement(t *testing.T) {
 		if got := gauge(t, rep.reg, "meshfed_trust_bundle_roots", map[string]string{"state": "active"}); got != 1 {
 			t.Fatalf("active roots = %v", got)
 		}
+	}
+}
+
+// A gossip member that never opens a peer stream (here a memberlist node
+// whose peer address nobody serves, as a replica that died before this one
+// joined) is set aside as suspect after PeerConnectGrace; a connected
+// member is not.
+func TestUnconnectedMemberIsSuspect(t *testing.T) {
+	ca, err := pki.NewCA("peer ca", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startReplicaWith(t, "a", ca, nil, nil, 300*time.Millisecond)
+	b := startReplicaWith(t, "b", ca, nil, []string{a.gossip}, 300*time.Millisecond)
+	ports := freePorts(t, 2)
+	ghost, err := federation.NewMembership(federation.MembershipOptions{
+		ReplicaID: "c-ghost", BindAddr: ports[0], Join: []string{a.gossip}, PeerAddr: ports[1],
+		Log: testr.New(t).WithName("ghost"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ghost.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for _, rep := range []*replica{a, b} {
+		waitFor(t, "the ghost set aside", func() error {
+			fz := rep.r.Federationz()
+			if len(fz.Members) != 3 {
+				return fmt.Errorf("members %v", fz.Members)
+			}
+			if !slices.Equal(fz.Suspects, []federation.ReplicaID{"c-ghost"}) {
+				return fmt.Errorf("suspects %v, want [c-ghost]", fz.Suspects)
+			}
+			return nil
+		})
 	}
 }
