@@ -344,7 +344,7 @@ func (r *Replicator) PeerHello(from federation.ReplicaID, digest federation.Dige
 	if r.store == nil {
 		return nil
 	}
-	snaps := r.store.Snapshots(r.store.AheadOf(digest))
+	snaps := r.store.Snapshots(r.catchUp(from, r.store.AheadOf(digest)))
 	out := make([]*federation.PeerMessage, 0, len(snaps)+1)
 	for i := range snaps {
 		out = append(out, &federation.PeerMessage{Snapshot: &snaps[i]})
@@ -355,6 +355,31 @@ func (r *Replicator) PeerHello(from federation.ReplicaID, digest federation.Dige
 	if r.proxies != nil {
 		if full := r.proxies.Full(); len(full) > 0 {
 			out = append(out, &federation.PeerMessage{ProxyStatus: full})
+		}
+	}
+	return out
+}
+
+// catchUp picks, of the clusters a (re)connecting peer is behind on, those
+// this replica sends it: the ones it wrote itself, and the ones whose
+// writer has no stream with this replica (gone, or not connected yet).
+// Every replica holds the same snapshots, so without this a replica that
+// joins a fleet of N would be sent each cluster N-1 times and drop all
+// but one; the writer's own Hello exchange with the joiner brings the
+// rest, and the gossip digests repair whatever slips through.
+func (r *Replicator) catchUp(from federation.ReplicaID, behind []model.ClusterID) []model.ClusterID {
+	connected := map[federation.ReplicaID]bool{}
+	for _, id := range r.peers.Connected() {
+		connected[id] = true
+	}
+	var out []model.ClusterID
+	for _, c := range behind {
+		v, ok := r.store.Version(c)
+		if !ok {
+			continue
+		}
+		if v.Owner == r.opts.Self || v.Owner == from || !connected[v.Owner] {
+			out = append(out, c)
 		}
 	}
 	return out

@@ -326,3 +326,46 @@ func TestUnconnectedMemberIsSuspect(t *testing.T) {
 		})
 	}
 }
+
+// A replica that (re)connects is sent a cluster's snapshot by the
+// cluster's writer only, while the writer is connected: every replica holds
+// the same snapshots, and a joiner would otherwise get each one from every
+// peer at once and drop all but one.
+func TestCatchUpFromTheWriter(t *testing.T) {
+	ca, err := pki.NewCA("peer ca", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startReplica(t, "a", ca, nil, nil)
+	b := startReplica(t, "b", ca, nil, []string{a.gossip})
+	clusters := []model.ClusterID{"c1", "c2", "c3"}
+	for _, c := range clusters {
+		if err := a.store.ReplaceCluster(c, a.store.NextGeneration(c), shards("10.0.0.1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "b holds a's clusters", func() error {
+		if n := len(b.store.Digest()); n != len(clusters) {
+			return fmt.Errorf("%d clusters", n)
+		}
+		return nil
+	})
+	if got := a.r.catchUp("joiner", clusters); !slices.Equal(got, clusters) {
+		t.Fatalf("the writer sends %v, want every cluster it wrote", got)
+	}
+	if got := b.r.catchUp("joiner", clusters); len(got) != 0 {
+		t.Fatalf("b sends %v while the writer a is connected, want none", got)
+	}
+	// The writer gone: b sends them.
+	a.r.peers.SetPeers(nil)
+	b.r.peers.SetPeers(nil)
+	waitFor(t, "a and b disconnected", func() error {
+		if c := b.r.peers.Connected(); len(c) != 0 {
+			return fmt.Errorf("b still connected to %v", c)
+		}
+		return nil
+	})
+	if got := b.r.catchUp("joiner", clusters); !slices.Equal(got, clusters) {
+		t.Fatalf("b sends %v with the writer gone, want every cluster", got)
+	}
+}
