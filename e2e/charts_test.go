@@ -489,7 +489,8 @@ func TestHubChart(t *testing.T) {
 	var role rbacv1.Role
 	r.get(t, "Role", ns, "meshfed-hub", &role)
 	requireRules(t, "hub role", role.Rules,
-		`"" secrets get`, `"" secrets list`, `"" secrets watch`, `"" secrets create`)
+		`"" secrets get`, `"" secrets list`, `"" secrets watch`, `"" secrets create`,
+		`"" configmaps get meshfed-ca-retiring`, `"" configmaps update meshfed-ca-retiring`, `"" configmaps create`)
 
 	var dep appsv1.Deployment
 	r.get(t, "Deployment", ns, "meshfed-hub", &dep)

@@ -400,3 +400,51 @@ func (tr *traffic) stop() (ok, failed int64, errs []string) {
 	defer tr.mu.Unlock()
 	return tr.ok.Load(), tr.failed.Load(), slices.Clone(tr.errs)
 }
+
+// TestRetiringRootSurvivesFleetRestart: a root retiring after a rotation is
+// kept in the config cluster, so a fleet that restarts as a whole before
+// the root is due (no replica left to warm up from) still trusts it, until
+// the same time.
+func TestRetiringRootSurvivesFleetRestart(t *testing.T) {
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: framework.Remotes(1)})
+	ctx := t.Context()
+	now := time.Now()
+	oldRoot, err := pki.NewCA("restart old root", 24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRoot, err := pki.NewCA("restart new root", 24*time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putCACerts(t, f.Config(), oldRoot, oldRoot)
+	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--max-workload-cert-ttl=1h", "--workload-cert-ttl=1h", "--root-spread=-1s"}
+	first := framework.StartTestHub(t, f, framework.HubOptions{Args: args})
+	waitBundles(t, []*framework.Hub{first}, []*pki.CA{oldRoot}, nil)
+	putCACerts(t, f.Config(), newRoot, newRoot) // replaced in one edit: the old root retires in an hour
+	waitBundles(t, []*framework.Hub{first}, []*pki.CA{oldRoot, newRoot}, oldRoot)
+	retireAt := func(h *framework.Hub) string {
+		tz, err := h.Trustz(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range tz.Roots {
+			if r.Fingerprint == ca.Fingerprint(oldRoot.Cert) {
+				return r.RetireAt
+			}
+		}
+		return ""
+	}
+	want := retireAt(first)
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	second := framework.StartTestHub(t, f, framework.HubOptions{Args: args})
+	waitBundles(t, []*framework.Hub{second}, []*pki.CA{oldRoot, newRoot}, oldRoot)
+	if got := retireAt(second); got != want {
+		t.Fatalf("after the restart the old root retires at %q, want %q as before", got, want)
+	}
+}

@@ -239,6 +239,7 @@ func Run(ctx context.Context, opts Options) error {
 		if err := caServer.publishRoots(caServer.keys.Current(), nil); err != nil {
 			return err
 		}
+		caServer.restoreRetiring(ctx)
 		g.Go(func() error { return caServer.keys.Run(ctx) })
 		g.Go(func() error { return caServer.trust.Run(ctx) })
 		g.Go(func() error { return caServer.server.Serve(ctx, opts.CAAddr) })

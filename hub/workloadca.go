@@ -23,8 +23,11 @@ type workloadCA struct {
 	keys   *ca.KeyStore
 	trust  *trustsvc.Service // the trust-bundle stream of the spoke shims
 	bundle trustRoots
-	opts   Options
-	log    logr.Logger
+	// retiring keeps the retiring roots in the config cluster, for a
+	// fleet that restarts as a whole in the middle of a rotation.
+	retiring ca.Retirements
+	opts     Options
+	log      logr.Logger
 }
 
 // trustRoots is the federated trust bundle as the CA uses it;
@@ -45,7 +48,8 @@ func newCA(ctx context.Context, opts Options, c client.WithWatch, clusters ca.Cl
 	if opts.CAAddr == "" {
 		return nil, nil
 	}
-	w := &workloadCA{bundle: bundle, opts: opts, log: log.WithName("ca")}
+	w := &workloadCA{bundle: bundle, opts: opts, log: log.WithName("ca"),
+		retiring: ca.Retirements{Client: c, Namespace: opts.Namespace}}
 	keys, err := ca.NewKeyStore(ctx, ca.KeyStoreOptions{
 		Client: c, Namespace: opts.Namespace, Keys: ca.KeyOptions{TrustDomain: opts.TrustDomain},
 		MaxLeafTTL: opts.MaxWorkloadCertTTL, RetireGrace: opts.RootRetireGrace, RootSpread: opts.RootSpread,
@@ -112,9 +116,46 @@ func (w *workloadCA) rotated(rot ca.Rotation) {
 			w.log.Error(err, "new CA roots not added to the trust bundle")
 		}
 	}
+	var keep []ca.RetiringRoot
 	for _, r := range rot.Retired {
 		if w.bundle.RetireRoot(r.Fingerprint, r.At) {
 			w.log.Info("CA root retiring", "root", r.Fingerprint, "at", r.At.UTC())
+		}
+		keep = append(keep, ca.RetiringRoot{Fingerprint: r.Fingerprint, PEM: r.PEM, RetireAt: r.At})
+	}
+	if len(keep) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.retiring.Save(ctx, keep, w.opts.Clock.Now()); err != nil {
+			// The replicas still hold the retirement; only a restart of
+			// every replica before it is due would lose it.
+			w.log.Error(err, "retiring roots not recorded in the config cluster")
+		}
+	}
+}
+
+// restoreRetiring puts back into the trust bundle the roots that were
+// retiring when the fleet last ran (RetiringConfigMap) and are still due
+// to be trusted, unless the CA Secret configures them again.
+func (w *workloadCA) restoreRetiring(ctx context.Context) {
+	now := w.opts.Clock.Now()
+	roots, err := w.retiring.Load(ctx, now)
+	if err != nil {
+		w.log.Error(err, "some retiring roots could not be read")
+	}
+	configured := w.keys.Current().RootFingerprints()
+	for _, r := range roots {
+		if slices.Contains(configured, r.Fingerprint) {
+			continue
+		}
+		parsed, err := federation.ParseRootPEM(r.PEM, w.opts.TrustDomain, federation.ReplicaID(w.opts.ReplicaID), now)
+		if err != nil || len(parsed) != 1 || parsed[0].Fingerprint != r.Fingerprint {
+			w.log.Error(err, "a retiring root recorded in the config cluster is not the certificate it names", "root", r.Fingerprint)
+			continue
+		}
+		parsed[0].RetireAt = r.RetireAt.UTC()
+		if w.bundle.AddRoot(parsed[0]) {
+			w.log.Info("CA root still retiring (recorded before this start)", "root", r.Fingerprint, "at", r.RetireAt.UTC())
 		}
 	}
 }

@@ -235,6 +235,16 @@ func (k *Keys) RootFingerprints() []string {
 // to: the roots a leaf signed now is verified with.
 func (k *Keys) SigningRoots() []string { return slices.Clone(k.signingRoots) }
 
+// rootPEM returns the PEM of the root of fingerprint fp, nil if k has none.
+func (k *Keys) rootPEM(fp string) []byte {
+	for _, r := range k.rootCerts {
+		if Fingerprint(r) == fp {
+			return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.Raw})
+		}
+	}
+	return nil
+}
+
 // signingRootsExpiry returns when the first of the signing roots expires.
 func (k *Keys) signingRootsExpiry() time.Time {
 	var first time.Time

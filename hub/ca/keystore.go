@@ -115,6 +115,8 @@ type Rotation struct {
 // Retirement is the end of trust in one root.
 type Retirement struct {
 	Fingerprint string
+	// PEM is the root certificate.
+	PEM []byte
 	// At is when the root may leave the trust bundle: the time the CA
 	// last signed under it, plus MaxLeafTTL and RetireGrace.
 	At time.Time
@@ -429,7 +431,7 @@ func (s *KeyStore) rotation(old, next *Keys, now time.Time) Rotation {
 		if !ok {
 			last = now
 		}
-		rot.Retired = append(rot.Retired, Retirement{Fingerprint: fp, At: last.Add(s.opts.MaxLeafTTL + s.opts.RetireGrace)})
+		rot.Retired = append(rot.Retired, Retirement{Fingerprint: fp, PEM: old.rootPEM(fp), At: last.Add(s.opts.MaxLeafTTL + s.opts.RetireGrace)})
 	}
 	return rot
 }
