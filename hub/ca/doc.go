@@ -29,6 +29,10 @@
 //     bundle at once, and roots to retire once every leaf signed under them
 //     has expired (MaxLeafTTL after the CA last signed under them). A
 //     Secret that would break trust is refused and the keys in use stay.
+//     A new CA whose root is younger than RootSpread is staged until the
+//     root has spread. Retirements (retiring.go) are also kept in ConfigMap
+//     meshfed-ca-retiring, for a fleet that restarts as a whole before they
+//     are due.
 //   - Authenticator (authn.go) proves who the caller is. A token is only
 //     meaningful to the cluster that issued it, so it is reviewed by the
 //     apiserver of the cluster the caller names in its ClusterID metadata,
