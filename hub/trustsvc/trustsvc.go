@@ -39,6 +39,7 @@ import (
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/remotesecret"
 	"github.com/meshfed/meshfed/pkg/trustapi"
 )
 
@@ -239,6 +240,17 @@ func (s *Service) Watch(_ *wrapperspb.BytesValue, stream grpc.ServerStreamingSer
 		log.V(1).Info("agent watching the trust bundle")
 	}
 
+	// A stream lives no longer than the token that opened it: when it
+	// expires the client reconnects with a fresh one, reviewed again, so a
+	// revoked identity stops getting updates by then. Tokens without exp
+	// (legacy Secret-based ones) keep their stream.
+	var expired <-chan time.Time
+	if exp := remotesecret.TokenExpiry(token); !exp.IsZero() {
+		t := time.NewTimer(max(exp.Sub(s.opts.Clock.Now()), 0))
+		defer t.Stop()
+		expired = t.C
+	}
+
 	var sent string
 	for {
 		wake := s.changed() // before reading, so no change is missed
@@ -265,6 +277,8 @@ func (s *Service) Watch(_ *wrapperspb.BytesValue, stream grpc.ServerStreamingSer
 			return nil
 		case <-s.stopping:
 			return status.Error(codes.Unavailable, "trustsvc: the hub is shutting down")
+		case <-expired:
+			return status.Error(codes.Unauthenticated, "trustsvc: the stream's token expired; reconnect with a fresh one")
 		case <-wake:
 		}
 	}

@@ -2,6 +2,7 @@ package trustsvc_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"strings"
@@ -29,10 +30,10 @@ import (
 type fakeAuthn struct{}
 
 func (fakeAuthn) Authenticate(_ context.Context, c model.ClusterID, token string) (ca.Identity, error) {
-	switch token {
-	case "good":
+	switch {
+	case token == "good" || strings.HasPrefix(token, "jwt."):
 		return ca.Identity{Cluster: c, Namespace: "istio-system", ServiceAccount: "meshfed-spoke"}, nil
-	case "down":
+	case token == "down":
 		return ca.Identity{}, fmt.Errorf("%w: apiserver unreachable", ca.ErrTokenReview)
 	}
 	return ca.Identity{}, fmt.Errorf("%w: forged", ca.ErrTokenRejected)
@@ -259,4 +260,21 @@ func TestStreamsEndOnStop(t *testing.T) {
 		t.Fatalf("stream after stop: %v, want Unavailable", err)
 	}
 	<-stopped // GracefulStop returns: no stream holds it
+}
+
+// A stream ends when the token that opened it expires (Unauthenticated), so
+// the client comes back with a fresh token that is reviewed again.
+func TestStreamEndsWithItsToken(t *testing.T) {
+	_, _, _, cc := start(t)
+	claims := base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"exp":%d}`, time.Now().Add(1500*time.Millisecond).Unix())))
+	st, err := watch(t.Context(), cc, "cluster-1", "jwt."+claims+".sig", "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, st)
+	start := time.Now()
+	if _, err := st.Recv(); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("stream at its token's expiry: %v, want Unauthenticated", err)
+	}
+	t.Logf("stream ended %v after the first bundle", time.Since(start).Round(time.Millisecond))
 }
