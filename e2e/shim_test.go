@@ -68,6 +68,18 @@ func shimTokenFunc(t *testing.T, r *framework.RemoteCluster) func(context.Contex
 }
 
 // runTestShim runs shim.Run in this process until the test ends.
+// testShimOptions are the options of cluster r's shim (version "e2e"),
+// streaming from the hub CA at hubAddr verified with pool, with a real token
+// of r's spoke service account.
+func testShimOptions(t *testing.T, r *framework.RemoteCluster, hubAddr string, pool *x509.CertPool) shim.Options {
+	t.Helper()
+	opts := shim.DefaultOptions()
+	opts.HubAddr, opts.HubRoots, opts.ServerName, opts.ClusterID = hubAddr, pool, "localhost", string(r.ID)
+	opts.TokenFunc, opts.Client, opts.Version = shimTokenFunc(t, r), kubernetes.NewForConfigOrDie(r.RESTConfig()), "e2e"
+	opts.Log, opts.Metrics = testr.New(t).WithName("shim"), prometheus.NewRegistry()
+	return opts
+}
+
 func runTestShim(t *testing.T, opts shim.Options) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
@@ -228,10 +240,8 @@ func TestShimTrustBundle(t *testing.T) {
 		t.Errorf("Watch as an unknown cluster: %v, want Unauthenticated", err)
 	}
 
-	opts := shim.DefaultOptions()
-	opts.HubAddr, opts.HubRoots, opts.ServerName, opts.ClusterID = h0.CAAddr(), pool, "localhost", string(r.ID)
-	opts.TokenFunc, opts.Client, opts.Version = tokens, kubernetes.NewForConfigOrDie(r.RESTConfig()), "e2e"
-	opts.Log, opts.Metrics = testr.New(t).WithName("shim"), prometheus.NewRegistry()
+	opts := testShimOptions(t, r, h0.CAAddr(), pool)
+	opts.TokenFunc = tokens
 	runTestShim(t, opts)
 
 	// The hub shows the spoke's version and health in remote-clusters.
@@ -285,11 +295,7 @@ func TestSpokeStatusFleetWide(t *testing.T) {
 	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
 	r := f.Remotes()[0]
 	_, pool := waitTrustBundle(t, h0)
-	opts := shim.DefaultOptions()
-	opts.HubAddr, opts.HubRoots, opts.ServerName, opts.ClusterID = h0.CAAddr(), pool, "localhost", string(r.ID)
-	opts.TokenFunc, opts.Client, opts.Version = shimTokenFunc(t, r), kubernetes.NewForConfigOrDie(r.RESTConfig()), "e2e"
-	opts.Log, opts.Metrics = testr.New(t).WithName("shim"), prometheus.NewRegistry()
-	stop := runTestShim(t, opts)
+	stop := runTestShim(t, testShimOptions(t, r, h0.CAAddr(), pool))
 
 	spokeOf := func(h *framework.Hub) string {
 		out, err := framework.Meshfedctl(t, "remote-clusters", "--monitoring", strings.TrimPrefix(h.MonitoringURL(), "http://"))
@@ -363,10 +369,7 @@ func TestShimTrustBundleInProcess(t *testing.T) {
 	go func() { _ = svc.Run(runCtx) }()
 	t.Cleanup(func() { stop(); srv.Stop() })
 
-	opts := shim.DefaultOptions()
-	opts.HubAddr, opts.HubRoots, opts.ServerName, opts.ClusterID = lis.Addr().String(), pool, "localhost", string(r.ID)
-	opts.TokenFunc, opts.Client, opts.Version = shimTokenFunc(t, r), kubernetes.NewForConfigOrDie(r.RESTConfig()), "e2e"
-	opts.Log = testr.New(t).WithName("shim")
+	opts := testShimOptions(t, r, lis.Addr().String(), pool)
 	runTestShim(t, opts)
 
 	bundle := func() ([]string, error) {

@@ -21,7 +21,7 @@ import (
 type workloadCA struct {
 	server *ca.Server
 	keys   *ca.KeyStore
-	trust  *trustsvc.Service // the trust-bundle stream of the spoke shims
+	trust  *trustsvc.Service // the trust-bundle stream of spoke shims and workload agents
 	bundle trustRoots
 	// retiring keeps the retiring roots in the config cluster, for a
 	// fleet that restarts as a whole in the middle of a rotation.
@@ -43,7 +43,7 @@ type trustRoots interface {
 // builds the certificate service; it returns nil when opts.CAAddr is empty.
 // Tokens are reviewed against the remote cluster each caller names, through
 // the remote secrets' credentials. Key rotations in the config cluster
-// reach the trust bundle through publishRoots.
+// reach the trust bundle through rotated.
 func newCA(ctx context.Context, opts Options, c client.WithWatch, clusters ca.ClusterConfigs, bundle trustRoots, log logr.Logger, reg prometheus.Registerer) (*workloadCA, error) {
 	if opts.CAAddr == "" {
 		return nil, nil

@@ -290,23 +290,42 @@ func TestResponseCarriesTheTrustBundle(t *testing.T) {
 // reloads reads meshfed_ca_key_reloads_total{result}.
 func reloads(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	t.Helper()
+	return metricValue(t, reg, "meshfed_ca_key_reloads_total", result)
+}
+
+// gaugeValue reads the single gauge name of reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	return metricValue(t, reg, name, "")
+}
+
+// metricValue reads the counter or gauge name of reg; with result set, the
+// one labelled result=result.
+func metricValue(t *testing.T, reg *prometheus.Registry, name, result string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "meshfed_ca_key_reloads_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			labelled := result == ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
+				labelled = labelled || l.GetName() == "result" && l.GetValue() == result
 			}
+			if !labelled {
+				continue
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
 		}
 	}
-	t.Fatalf("no meshfed_ca_key_reloads_total{result=%q}", result)
+	t.Fatalf("no %s{result=%q}", name, result)
 	return 0
 }
 
@@ -387,20 +406,4 @@ func TestKeyStoreStagesAYoungSigningRoot(t *testing.T) {
 	if got := reloads(t, reg, "staged"); got != 1 {
 		t.Fatalf("staged reloads = %v, want 1", got)
 	}
-}
-
-// gaugeValue reads the single gauge name of reg.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	t.Fatalf("no gauge %s", name)
-	return 0
 }

@@ -12,8 +12,6 @@ import (
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -29,17 +27,7 @@ import (
 // serveReplica runs a Server named replica over st and returns it.
 func serveReplica(t *testing.T, st *store.Store, replica string) *Server {
 	t.Helper()
-	s := New(Options{Addr: "127.0.0.1:0", Registry: st, Log: testr.New(t), Metrics: prometheus.NewRegistry(), Replica: replica})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	return s
+	return runServer(t, Options{Registry: st, Replica: replica})
 }
 
 func csdsClient(t *testing.T, addr string) statusv3.ClientStatusDiscoveryServiceClient {

@@ -1,14 +1,11 @@
 package xds
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/meshfed/meshfed/hub/store"
@@ -71,18 +68,7 @@ func TestNACKBackoff(t *testing.T) {
 	if err := st.ReplaceCluster("c1", gen, shard("c1", "r1", "10.1.0.1")); err != nil {
 		t.Fatal(err)
 	}
-	s := New(Options{Addr: "127.0.0.1:0", Registry: st, Log: testr.New(t), Metrics: prometheus.NewRegistry(),
-		NACKBackoff: Backoff{Initial: 50 * time.Millisecond, Max: 400 * time.Millisecond}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	addr := s.Addr().String()
+	addr := serveOpts(t, Options{Registry: st, NACKBackoff: Backoff{Initial: 50 * time.Millisecond, Max: 400 * time.Millisecond}})
 
 	a := newADS(t, addr, "c1", "r1")
 	a.request(resourcev3.EndpointType, "", "", xdsgen.ClusterName(echo, 8080))

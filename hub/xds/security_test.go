@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 
@@ -9,8 +8,6 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshfed/meshfed/hub/store"
@@ -19,18 +16,7 @@ import (
 
 func serveOpts(t *testing.T, opts Options) string {
 	t.Helper()
-	opts.Addr, opts.Log, opts.Metrics = "127.0.0.1:0", testr.New(t), prometheus.NewRegistry()
-	s := New(opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
-	return s.Addr().String()
+	return runServer(t, opts).Addr().String()
 }
 
 // TestInboundListener: a subscription to an inbound listener name is

@@ -40,7 +40,24 @@ func shard(c model.ClusterID, region string, addrs ...string) map[model.Hostname
 // serve runs a Server over a real store and returns its address.
 func serve(t *testing.T, st *store.Store, reg *prometheus.Registry) string {
 	t.Helper()
-	s := New(Options{Addr: "127.0.0.1:0", Registry: st, Log: testr.New(t), Metrics: reg})
+	return runServer(t, Options{Registry: st, Metrics: reg}).Addr().String()
+}
+
+// runServer runs a Server with opts until the test ends; Addr, Log and
+// Metrics default to a free loopback port, the test's log and a new
+// registry.
+func runServer(t *testing.T, opts Options) *Server {
+	t.Helper()
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = testr.New(t)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = prometheus.NewRegistry()
+	}
+	s := New(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -50,7 +67,7 @@ func serve(t *testing.T, st *store.Store, reg *prometheus.Registry) string {
 			t.Errorf("server: %v", err)
 		}
 	})
-	return s.Addr().String()
+	return s
 }
 
 // adsClient is a minimal SotW ADS client that ACKs what it receives.
