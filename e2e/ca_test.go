@@ -25,6 +25,7 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/agent"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // serviceAccountToken returns a real TokenRequest token of ns/sa from
@@ -66,7 +67,7 @@ func TestWorkloadCertificates(t *testing.T) {
 	// Both replicas sign with the one root kept in the config cluster,
 	// and both publish it in the federated bundle.
 	var rootPEM string
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		var fps []string
 		for _, h := range []*framework.Hub{h0, h1} {
 			tz, err := h.Trustz(ctx)

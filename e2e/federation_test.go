@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // federatedFleet starts five remote clusters (one echo replica pair each,
@@ -90,7 +91,7 @@ func watchBaseline(t *testing.T, f *framework.Fleet) map[model.ClusterID]int {
 // EndpointSlice watches from hubs, counted by the apiserver itself.
 func expectWatchers(t *testing.T, f *framework.Fleet, base map[model.ClusterID]int, want int) {
 	t.Helper()
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		var bad []string
 		for _, r := range f.Remotes() {
 			n, err := r.Watches(t.Context(), "endpointslices")
@@ -111,7 +112,7 @@ func expectWatchers(t *testing.T, f *framework.Fleet, base map[model.ClusterID]i
 // expectAllEndpoints waits until hub serves echo endpoints of every remote.
 func expectAllEndpoints(t *testing.T, f *framework.Fleet, hub *framework.Hub) {
 	t.Helper()
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		rz, err := hub.Registryz(t.Context())
 		if err != nil {
 			return err
@@ -200,7 +201,7 @@ func TestFederationShardsWatches(t *testing.T) {
 
 	t.Run("a replica with another gossip key is not admitted", func(t *testing.T) {
 		stranger := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: gossipKey(t, f), Join: []*framework.Hub{h0}})
-		framework.RequireEventually(t, converge, func() error {
+		testutil.Eventually(t, converge, poll, func() error {
 			m, err := h0.Metrics(ctx)
 			if err != nil {
 				return err
@@ -325,7 +326,7 @@ func TestFederationFailover(t *testing.T) {
 			t.Logf("stopping %s: %v", victim.ReplicaID(), err)
 		}
 		// A new owner takes the cluster and publishes under a higher term.
-		framework.RequireEventually(t, converge, func() error {
+		testutil.Eventually(t, converge, poll, func() error {
 			for _, h := range survivors {
 				o := ownerOf(t, h, target)
 				if o == victim.ReplicaID() {
@@ -360,7 +361,7 @@ func TestFederationFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, conn := range conns {
-			framework.RequireEventually(t, converge, func() error {
+			testutil.Eventually(t, converge, poll, func() error {
 				counts, err := conn.Spread(ctx, 30)
 				if err != nil {
 					return err

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 const (
@@ -19,6 +21,8 @@ const (
 	// converge bounds how long a change may take to reach a client. It is a
 	// limit for a hung test, not a performance claim: make bench measures.
 	converge = 30 * time.Second
+	// poll is how often a wait looks again.
+	poll = 50 * time.Millisecond
 )
 
 // threeRegions is three remote clusters, each its own region, so that a
@@ -76,7 +80,7 @@ func expectClusters(t *testing.T, conn *framework.XDSConn, n int, want ...model.
 	t.Helper()
 	slices.Sort(want)
 	var last map[string]int
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		counts, err := conn.Spread(ctx, n)
@@ -142,7 +146,7 @@ func TestEndpointAndSecretLifecycle(t *testing.T) {
 		if len(removed) != 1 {
 			t.Fatalf("scaling 2 -> 1 removed %v", removed)
 		}
-		framework.RequireEventually(t, converge, func() error {
+		testutil.Eventually(t, converge, poll, func() error {
 			counts, err := conn.Spread(ctx, 60)
 			if err != nil {
 				return err
@@ -185,7 +189,7 @@ func TestEndpointAndSecretLifecycle(t *testing.T) {
 	t.Run("rotated kubeconfig", func(t *testing.T) {
 		// Rotate cluster-3 from client certificates to a TokenRequest token
 		// that expires within the hub's warning window, then to a longer one.
-		rotate := func(ttl time.Duration, wantState framework.ClusterState) {
+		rotate := func(ttl time.Duration, wantState debugdoc.ClusterState) {
 			t.Helper()
 			before := registryzCluster(t, hub, "cluster-3")
 			kc, err := f.Remote("cluster-3").TokenKubeconfig(ctx, "meshfed-reader", ttl)
@@ -195,7 +199,7 @@ func TestEndpointAndSecretLifecycle(t *testing.T) {
 			if err := f.Config().PutRawRemoteSecret(ctx, "remote-b", map[string][]byte{"cluster-3": kc}); err != nil {
 				t.Fatal(err)
 			}
-			framework.RequireEventually(t, converge, func() error {
+			testutil.Eventually(t, converge, poll, func() error {
 				c := registryzCluster(t, hub, "cluster-3")
 				if c.Generation <= before.Generation || c.State != wantState {
 					return fmt.Errorf("cluster-3 after rotation: %+v (before %+v), want state %s", c, before, wantState)
@@ -205,12 +209,12 @@ func TestEndpointAndSecretLifecycle(t *testing.T) {
 			// The endpoints never left: the client keeps reaching cluster-3.
 			expectClusters(t, conn, 60, "cluster-1", "cluster-2", "cluster-3")
 		}
-		rotate(time.Hour, "credential-expiring")
-		rotate(48*time.Hour, framework.ClusterSynced)
+		rotate(time.Hour, debugdoc.ClusterCredentialExpiring)
+		rotate(48*time.Hour, debugdoc.ClusterSynced)
 	})
 }
 
-func registryzCluster(t *testing.T, hub *framework.Hub, id model.ClusterID) framework.RegistryzCluster {
+func registryzCluster(t *testing.T, hub *framework.Hub, id model.ClusterID) debugdoc.RegistryzCluster {
 	t.Helper()
 	rz, err := hub.Registryz(t.Context())
 	if err != nil {
@@ -256,18 +260,18 @@ func TestBadRemotes(t *testing.T) {
 	conn := clientIn(t, f, hub, "cluster-1")
 	expectClusters(t, conn, 20, "cluster-1")
 
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		rz, err := hub.Registryz(ctx)
 		if err != nil {
 			return err
 		}
 		want := map[model.ClusterID]struct {
-			state framework.ClusterState
+			state debugdoc.ClusterState
 			cause string
 		}{
-			"malformed": {framework.ClusterInvalid, "invalid kubeconfig"},
-			"dead":      {framework.ClusterUnreachable, "connection refused"},
-			"cluster-1": {framework.ClusterSynced, ""},
+			"malformed": {debugdoc.ClusterInvalid, "invalid kubeconfig"},
+			"dead":      {debugdoc.ClusterUnreachable, "connection refused"},
+			"cluster-1": {debugdoc.ClusterSynced, ""},
 		}
 		for id, w := range want {
 			c, ok := rz.Cluster(id)

@@ -21,6 +21,19 @@ var allowed = map[string][]string{
 	"e2e":        {"e2e", "hub", "spoke", "federation", "pkg"},
 }
 
+// contracts are the packages that declare a wire contract once for every
+// room (pkg/xdsnode: the xDS node; pkg/debugdoc: the /debug documents):
+// pure, they import only these packages of the module.
+var contracts = map[string][]string{
+	module + "/pkg/xdsnode":  {module + "/pkg/model", module + "/pkg/agent", module + "/pkg/xdsgen"},
+	module + "/pkg/debugdoc": {module + "/pkg/model", module + "/pkg/pki"},
+	module + "/pkg/testutil": {},
+}
+
+// testOnly are packages only tests may import: a _test.go file anywhere,
+// or any package under e2e/ (the fleet framework and demo are test code).
+var testOnly = []string{module + "/pkg/testutil"}
+
 func room(importPath string) string {
 	rest := strings.TrimPrefix(strings.TrimPrefix(importPath, module), "/")
 	r, _, _ := strings.Cut(rest, "/")
@@ -61,6 +74,20 @@ func TestImportRules(t *testing.T) {
 			to := room(imp)
 			if !contains(ok, to) {
 				t.Errorf("%s imports %s: %s/ may import only %v", p.ImportPath, imp, from, ok)
+			}
+		}
+		if only, isContract := contracts[p.ImportPath]; isContract {
+			for _, imp := range p.Imports {
+				if strings.HasPrefix(imp, module+"/") && !contains(only, imp) {
+					t.Errorf("%s imports %s: it may import only %v of the module", p.ImportPath, imp, only)
+				}
+			}
+		}
+		if from != "e2e" {
+			for _, imp := range p.Imports {
+				if contains(testOnly, imp) {
+					t.Errorf("%s imports %s outside its tests: only tests and e2e/ may", p.ImportPath, imp)
+				}
 			}
 		}
 		checked++

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // TestMTLSAcrossClusters: with the hub's --xds-mtls, a proxyless client in
@@ -115,7 +116,7 @@ func waitTrustBundle(t *testing.T, h *framework.Hub) ([]byte, *x509.CertPool) {
 	t.Helper()
 	var pemBytes []byte
 	pool := x509.NewCertPool()
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		tz, err := h.Trustz(t.Context())
 		if err != nil {
 			return err

@@ -17,6 +17,9 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/agent"
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 	"github.com/meshfed/meshfed/spoke/inject"
 )
 
@@ -180,7 +183,7 @@ func TestGRPCAgentPod(t *testing.T) {
 	if probe == nil || probe.Path != "/healthz/ready" {
 		t.Fatalf("startup probe %+v", agentC.StartupProbe)
 	}
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		resp, err := http.Get("http://" + readyAddr + probe.Path)
 		if err != nil {
 			return err
@@ -209,7 +212,7 @@ func TestGRPCAgentPod(t *testing.T) {
 		t.Fatalf("the application's GRPC_XDS_BOOTSTRAP: %v", err)
 	}
 	client := framework.NewTestXDSClient(t, framework.ClientOptions{Bootstrap: bootstrap})
-	if want := framework.NodeID(podIP, pod.Name, pod.Namespace); client.NodeID() != want {
+	if want := xdsnode.SidecarID(podIP, pod.Name, pod.Namespace, model.DefaultDomainSuffix); client.NodeID() != want {
 		t.Errorf("node ID %q, want %q", client.NodeID(), want)
 	}
 	conn, err := client.Dial(w.Target())

@@ -7,10 +7,12 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // proxyJSON is the documented shape of `meshfedctl proxy-status -o json`.
@@ -70,7 +72,7 @@ func TestFleetProxyStatus(t *testing.T) {
 		}
 		return doc, nil
 	}
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		doc, err := listed(h2)
 		if err != nil {
 			return err
@@ -102,10 +104,8 @@ func TestFleetProxyStatus(t *testing.T) {
 
 	t.Run("a NACK shows as ERROR with its message", func(t *testing.T) {
 		node := &corev3.Node{
-			Id: framework.NodeID("10.250.0.9", "nacker", "demo"),
-			Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-				"CLUSTER_ID": structpb.NewStringValue("cluster-2"),
-			}},
+			Id:       xdsnode.SidecarID("10.250.0.9", "nacker", "demo", model.DefaultDomainSuffix),
+			Metadata: xdsnode.Metadata{ClusterID: "cluster-2"}.Struct(),
 		}
 		w := framework.NewTestADSWatcher(t, h1.XDSAddr(), node)
 		name := xdsgen.ClusterName(echoHost, 8080)
@@ -120,7 +120,7 @@ func TestFleetProxyStatus(t *testing.T) {
 		if err := wl.SetReady(ctx, false); err != nil {
 			t.Fatal(err)
 		}
-		framework.RequireEventually(t, converge, func() error {
+		testutil.Eventually(t, converge, poll, func() error {
 			out, err := framework.Meshfedctl(t, "proxy-status", "--hub", h0.XDSAddr(), "nacker.demo")
 			if err != nil {
 				return err
@@ -140,7 +140,7 @@ func TestFleetProxyStatus(t *testing.T) {
 		if err := h2.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		framework.RequireEventually(t, converge, func() error {
+		testutil.Eventually(t, converge, poll, func() error {
 			doc, err := listed(h0)
 			if err != nil {
 				return err

@@ -8,6 +8,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // TestCreateRemoteSecret: the spoke chart's reader service account and
@@ -61,7 +63,7 @@ func TestCreateRemoteSecret(t *testing.T) {
 	conn := clientIn(t, f, hub, "cluster-1")
 	expectClusters(t, conn, 20, "cluster-1")
 	before := registryzCluster(t, hub, "cluster-1")
-	if before.State != framework.ClusterSynced || before.Secret != "istio-system/istio-remote-secret-cluster-1" {
+	if before.State != debugdoc.ClusterSynced || before.Secret != "istio-system/istio-remote-secret-cluster-1" {
 		t.Fatalf("cluster-1 = %+v", before)
 	}
 
@@ -74,9 +76,9 @@ func TestCreateRemoteSecret(t *testing.T) {
 		"--kubeconfig", remote.KubeconfigFile(), "--apply-to", f.Config().KubeconfigFile()); err != nil {
 		t.Fatal(err)
 	}
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		c := registryzCluster(t, hub, "cluster-1")
-		if c.Generation <= before.Generation || c.State != framework.ClusterSynced {
+		if c.Generation <= before.Generation || c.State != debugdoc.ClusterSynced {
 			return fmt.Errorf("cluster-1 not re-synced with the rotated token: %+v (before %+v)", c, before)
 		}
 		return nil

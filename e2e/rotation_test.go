@@ -25,6 +25,7 @@ import (
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // TestRootRotation rotates the root of the workload CA in Istio's three
@@ -154,7 +155,7 @@ func TestRootRotation(t *testing.T) {
 	}
 	waitBundles(t, hubs, []*pki.CA{newRoot}, nil)
 	waitRootFiles(t, dirs, []*pki.CA{newRoot}, converge)
-	framework.RequireEventually(t, 10*time.Second, func() error {
+	testutil.Eventually(t, 10*time.Second, poll, func() error {
 		if err := callWith(ctx, serverAddr, straggler); err == nil {
 			return errors.New("a leaf of the retired root is still accepted")
 		}
@@ -220,7 +221,7 @@ func waitBundles(t *testing.T, hubs []*framework.Hub, want []*pki.CA, retiring *
 		wantFPs = append(wantFPs, ca.Fingerprint(r.Cert))
 	}
 	slices.Sort(wantFPs)
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		for _, h := range hubs {
 			tz, err := h.Trustz(t.Context())
 			if err != nil {
@@ -246,7 +247,7 @@ func waitBundles(t *testing.T, hubs []*framework.Hub, want []*pki.CA, retiring *
 // holds exactly the roots want.
 func waitRootFiles(t *testing.T, dirs map[string]string, want []*pki.CA, within time.Duration) {
 	t.Helper()
-	framework.RequireEventually(t, within, func() error {
+	testutil.Eventually(t, within, poll, func() error {
 		for who, dir := range dirs {
 			certs, err := readCerts(filepath.Join(dir, agent.RootCertFile))
 			if err != nil {
@@ -269,7 +270,7 @@ func waitRootFiles(t *testing.T, dirs map[string]string, want []*pki.CA, within 
 // issuer.
 func waitLeafIssuer(t *testing.T, dirs map[string]string, issuer *pki.CA, within time.Duration) {
 	t.Helper()
-	framework.RequireEventually(t, within, func() error {
+	testutil.Eventually(t, within, poll, func() error {
 		for who, dir := range dirs {
 			certs, err := readCerts(filepath.Join(dir, agent.CertChainFile))
 			if err != nil {

@@ -38,6 +38,7 @@ import (
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/trustapi"
 	"github.com/meshfed/meshfed/spoke/shim"
 )
@@ -139,7 +140,7 @@ func shimScenario(t *testing.T, kc kubernetes.Interface, bundle func() ([]string
 	if err != nil || len(want) == 0 {
 		t.Fatalf("hub bundle: %v (%d roots)", err, len(want))
 	}
-	framework.RequireEventually(t, converge, func() error { return shimHasBundle(ctx, kc, want, nss...) })
+	testutil.Eventually(t, converge, poll, func() error { return shimHasBundle(ctx, kc, want, nss...) })
 	if _, err := kc.CoreV1().ConfigMaps("kube-system").Get(ctx, shim.ConfigMapName, metav1.GetOptions{}); err == nil {
 		t.Error("kube-system got istio-ca-root-cert")
 	}
@@ -147,16 +148,16 @@ func shimScenario(t *testing.T, kc kubernetes.Interface, bundle func() ([]string
 	if err := kc.CoreV1().ConfigMaps("shop").Delete(ctx, shim.ConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	framework.RequireEventually(t, converge, func() error { return shimHasBundle(ctx, kc, want, "shop") })
+	testutil.Eventually(t, converge, poll, func() error { return shimHasBundle(ctx, kc, want, "shop") })
 
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "newcomer"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	nss = append(nss, "newcomer")
-	framework.RequireEventually(t, converge, func() error { return shimHasBundle(ctx, kc, want, "newcomer") })
+	testutil.Eventually(t, converge, poll, func() error { return shimHasBundle(ctx, kc, want, "newcomer") })
 
 	addRoot()
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		w, err := bundle()
 		if err != nil {
 			return err
@@ -245,7 +246,7 @@ func TestShimTrustBundle(t *testing.T) {
 	runTestShim(t, opts)
 
 	// The hub shows the spoke's version and health in remote-clusters.
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		out, err := framework.Meshfedctl(t, "remote-clusters", "--monitoring", strings.TrimPrefix(h0.MonitoringURL(), "http://"))
 		if err != nil {
 			return err
@@ -305,7 +306,7 @@ func TestSpokeStatusFleetWide(t *testing.T) {
 		return out
 	}
 	want := "e2e (healthy via " + h0.ReplicaID() + ")"
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		for _, h := range []*framework.Hub{h0, h1} {
 			if out := spokeOf(h); !strings.Contains(out, want) {
 				return fmt.Errorf("%s does not show %q:\n%s", h.ReplicaID(), want, out)
@@ -314,7 +315,7 @@ func TestSpokeStatusFleetWide(t *testing.T) {
 		return nil
 	})
 	stop()
-	framework.RequireEventually(t, converge, func() error {
+	testutil.Eventually(t, converge, poll, func() error {
 		if out := spokeOf(h1); !strings.Contains(out, "e2e (down)") {
 			return fmt.Errorf("%s does not show the spoke down:\n%s", h1.ReplicaID(), out)
 		}

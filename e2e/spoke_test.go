@@ -34,6 +34,7 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/spoke"
 	"github.com/meshfed/meshfed/spoke/inject"
 )
@@ -133,7 +134,7 @@ func startTestSpoke(t *testing.T, cluster *framework.ConfigCluster, c client.Cli
 			t.Errorf("spoke.Run: %v", err)
 		}
 	})
-	framework.RequireEventually(t, time.Minute, func() error {
+	testutil.Eventually(t, time.Minute, poll, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("spoke.Run ended: %v", err)
@@ -336,7 +337,7 @@ func TestSpokeWebhooks(t *testing.T) {
 	// The apiserver picks webhook configurations up asynchronously: probe
 	// with dry-run creations (the webhooks declare no side effects) until
 	// both answer.
-	framework.RequireEventually(t, time.Minute, func() error {
+	testutil.Eventually(t, time.Minute, poll, func() error {
 		p := appPod("mesh", "probe", nil, nil)
 		if err := c.Create(ctx, p, client.DryRunAll); err != nil {
 			t.Fatalf("creating a pod: %v", err) // not a matter of waiting
@@ -500,7 +501,7 @@ func TestSpokeWebhooks(t *testing.T) {
 		if err := c.Update(ctx, &cm); err != nil {
 			t.Fatal(err)
 		}
-		framework.RequireEventually(t, 30*time.Second, func() error {
+		testutil.Eventually(t, 30*time.Second, poll, func() error {
 			got, err := clusterOf()
 			if err == nil && got != "cluster-1-renamed" {
 				err = fmt.Errorf("CLUSTER_ID %q", got)
@@ -512,7 +513,7 @@ func TestSpokeWebhooks(t *testing.T) {
 		if err := c.Update(ctx, &cm); err != nil {
 			t.Fatal(err)
 		}
-		framework.RequireEventually(t, 30*time.Second, func() error {
+		testutil.Eventually(t, 30*time.Second, poll, func() error {
 			code, body, err := s.get(spoke.PathMetrics)
 			if err == nil && (code != 200 || !strings.Contains(body, `meshfed_spoke_inject_config_loads_total{result="error"} 1`)) {
 				err = errors.New("broken ConfigMap not seen yet")
@@ -545,7 +546,7 @@ func TestSpokeWebhooks(t *testing.T) {
 		if err := c.Update(ctx, &mwc); err != nil {
 			t.Fatal(err)
 		}
-		framework.RequireEventually(t, converge, func() error {
+		testutil.Eventually(t, converge, poll, func() error {
 			if err := c.Get(ctx, client.ObjectKey{Name: name}, &mwc); err != nil {
 				return err
 			}

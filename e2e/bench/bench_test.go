@@ -21,7 +21,6 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/types/known/structpb"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,8 +30,11 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // Bounds for a hung run. They are limits, not performance claims.
@@ -321,7 +323,7 @@ func benchHeap(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 		var baseEndpoints int
-		if err := framework.Eventually(ctx, settleTimeout, 100*time.Millisecond, func() error {
+		if err := testutil.Poll(ctx, settleTimeout, 100*time.Millisecond, func() error {
 			v, err := hubMetric(ctx, hub, "meshfed_xds_proxy_groups_total")
 			if err != nil {
 				return err
@@ -347,7 +349,7 @@ func benchHeap(b *testing.B, n int) {
 		loadTime += took
 		objects += plan.objects()
 
-		if err := framework.Eventually(ctx, settleTimeout, 500*time.Millisecond, func() error {
+		if err := testutil.Poll(ctx, settleTimeout, 500*time.Millisecond, func() error {
 			total, err := registryzEndpoints(ctx, hub, r.ID)
 			if err != nil {
 				return err
@@ -359,7 +361,7 @@ func benchHeap(b *testing.B, n int) {
 		}); err != nil {
 			b.Fatal(err)
 		}
-		if err := framework.Eventually(ctx, settleTimeout, 100*time.Millisecond, func() error {
+		if err := testutil.Poll(ctx, settleTimeout, 100*time.Millisecond, func() error {
 			if err := watcher.Err(); err != nil {
 				return err
 			}
@@ -620,13 +622,13 @@ func (t *edsTracker) lastReceived() time.Time {
 // waitSynced waits until the hub reports cluster id synced.
 func waitSynced(b *testing.B, ctx context.Context, hub *framework.Hub, id model.ClusterID) {
 	b.Helper()
-	if err := framework.Eventually(ctx, settleTimeout, 100*time.Millisecond, func() error {
+	if err := testutil.Poll(ctx, settleTimeout, 100*time.Millisecond, func() error {
 		rz, err := hub.Registryz(ctx)
 		if err != nil {
 			return err
 		}
 		c, ok := rz.Cluster(id)
-		if !ok || c.State != framework.ClusterSynced {
+		if !ok || c.State != debugdoc.ClusterSynced {
 			return fmt.Errorf("cluster %s not synced: %+v", id, c)
 		}
 		return nil
@@ -729,12 +731,9 @@ func monitoringGet(ctx context.Context, hub *framework.Hub, path string) ([]byte
 // watcherNode is the identity of a raw ADS watcher living in cluster r.
 func watcherNode(r *framework.RemoteCluster, name string) *corev3.Node {
 	return &corev3.Node{
-		Id:       framework.NodeID("10.250.0.1", name, convNamespace),
+		Id:       xdsnode.SidecarID("10.250.0.1", name, convNamespace, model.DefaultDomainSuffix),
 		Locality: &corev3.Locality{Region: r.Locality.Region, Zone: r.Locality.Zone, SubZone: r.Locality.SubZone},
-		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			"CLUSTER_ID": structpb.NewStringValue(string(r.ID)),
-			"NAMESPACE":  structpb.NewStringValue(convNamespace),
-		}},
+		Metadata: xdsnode.Metadata{ClusterID: r.ID, Namespace: convNamespace}.Struct(),
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // startReplicas starts n hub replicas that gossip with one key (the first
@@ -39,7 +40,7 @@ func startReplicas(b *testing.B, f *framework.Fleet, n int, args []string) []*fr
 	ctx, cancel := context.WithTimeout(b.Context(), settleTimeout)
 	defer cancel()
 	for _, h := range hubs {
-		if err := framework.Eventually(ctx, settleTimeout, 50*time.Millisecond, func() error {
+		if err := testutil.Poll(ctx, settleTimeout, 50*time.Millisecond, func() error {
 			fz, err := h.Federationz(ctx)
 			if err != nil {
 				return err
@@ -60,7 +61,7 @@ func startReplicas(b *testing.B, f *framework.Fleet, n int, args []string) []*fr
 func nonOwner(b *testing.B, ctx context.Context, hubs []*framework.Hub, id model.ClusterID) *framework.Hub {
 	b.Helper()
 	var out *framework.Hub
-	err := framework.Eventually(ctx, settleTimeout, 50*time.Millisecond, func() error {
+	err := testutil.Poll(ctx, settleTimeout, 50*time.Millisecond, func() error {
 		owner := ""
 		for _, h := range hubs {
 			fz, err := h.Federationz(ctx)
@@ -128,7 +129,7 @@ func BenchmarkFailover(b *testing.B) {
 				b.Fatal(err)
 			}
 			var movedAt time.Time
-			err := framework.Eventually(ctx, settleTimeout, 5*time.Millisecond, func() error {
+			err := testutil.Poll(ctx, settleTimeout, 5*time.Millisecond, func() error {
 				allMoved, allSynced := true, true
 				for _, h := range survivors {
 					fz, err := h.Federationz(ctx)
@@ -224,7 +225,7 @@ func BenchmarkRemoteWatches(b *testing.B) {
 			var counts []float64
 			for b.Loop() {
 				counts = counts[:0]
-				err := framework.Eventually(ctx, settleTimeout, 50*time.Millisecond, func() error {
+				err := testutil.Poll(ctx, settleTimeout, 50*time.Millisecond, func() error {
 					counts = counts[:0]
 					for _, r := range f.Remotes() {
 						n, err := allWatches(ctx, r)

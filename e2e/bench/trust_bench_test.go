@@ -14,6 +14,7 @@ import (
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // rootRuns is the number of new roots BenchmarkRootPropagation adds per
@@ -71,7 +72,7 @@ func BenchmarkRootPropagation(b *testing.B) {
 				b.Fatal(err)
 			}
 			var inBundle time.Duration
-			err = framework.Eventually(ctx, settleTimeout, 2*time.Millisecond, func() error {
+			err = testutil.Poll(ctx, settleTimeout, 2*time.Millisecond, func() error {
 				if inBundle == 0 {
 					for _, h := range hubs {
 						tz, err := h.Trustz(ctx)

@@ -41,7 +41,7 @@
 //	c := framework.NewTestXDSClient(t, framework.ClientOptions{
 //		HubAddr: hub.XDSAddr(), Cluster: r1.ID, Namespace: "demo", Name: "client-0", Locality: r1.Locality})
 //	conn, err := c.Dial(w1.Target()) // xds:///echo.demo.svc.cluster.local:8080
-//	framework.RequireEventually(t, 30*time.Second, func() error {
+//	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 //		counts, err := conn.Spread(ctx, 50)
 //		if err != nil {
 //			return err

@@ -3,6 +3,7 @@ package framework
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -502,15 +504,15 @@ func testHubProcess(t *testing.T, f *Fleet, out *syncBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Registryz{
+	want := &debugdoc.Registryz{
 		Replica: "stub-0",
-		Clusters: []RegistryzCluster{{ID: "cluster-1", Secret: "istio-system/remote-a", State: ClusterSynced,
+		Clusters: []debugdoc.RegistryzCluster{{ID: "cluster-1", Secret: "istio-system/remote-a", State: debugdoc.ClusterSynced,
 			Generation: 3, Services: 1, Endpoints: 2}},
-		SecretErrors: []RegistryzSecretError{{Secret: "istio-system/bad", Error: "no clusters"}},
-		Services: []RegistryzService{{
+		SecretErrors: []debugdoc.SecretError{{Secret: "istio-system/bad", Error: "no clusters"}},
+		Services: []debugdoc.RegistryzService{{
 			Hostname: "echo.demo.svc.cluster.local",
-			Ports:    []RegistryzPort{{Name: "grpc", Port: 8080, Protocol: model.ProtocolGRPC}},
-			Endpoints: []RegistryzEndpoint{{Cluster: "cluster-1", Address: "127.0.10.1",
+			Ports:    []model.ServicePort{{Name: "grpc", Port: 8080, Protocol: model.ProtocolGRPC}},
+			Endpoints: []model.Endpoint{{Cluster: "cluster-1", Address: netip.MustParseAddr("127.0.10.1"),
 				Locality: model.Locality{Region: "r1", Zone: "z1"}, Ready: true, ServiceAccount: "echo",
 				Pod: "echo-0", Ports: map[string]uint32{"grpc": 18080}}},
 		}},
@@ -518,7 +520,7 @@ func testHubProcess(t *testing.T, f *Fleet, out *syncBuffer) {
 	if !reflect.DeepEqual(rz, want) {
 		t.Errorf("registryz:\n got %+v\nwant %+v", rz, want)
 	}
-	if c, ok := rz.Cluster("cluster-1"); !ok || c.State != ClusterSynced {
+	if c, ok := rz.Cluster("cluster-1"); !ok || c.State != debugdoc.ClusterSynced {
 		t.Errorf("Cluster(cluster-1) = %+v, %v", c, ok)
 	}
 	if s, ok := rz.Service("echo.demo.svc.cluster.local"); !ok || len(s.ReadyEndpoints("cluster-1")) != 1 || len(s.ReadyEndpoints("cluster-2")) != 0 {
@@ -677,23 +679,6 @@ func TestByCluster(t *testing.T) {
 	}
 }
 
-func TestEventually(t *testing.T) {
-	n := 0
-	if err := Eventually(t.Context(), time.Second, time.Millisecond, func() error {
-		if n++; n < 3 {
-			return fmt.Errorf("attempt %d", n)
-		}
-		return nil
-	}); err != nil || n != 3 {
-		t.Errorf("Eventually: %v after %d calls", err, n)
-	}
-	sentinel := errors.New("never")
-	err := Eventually(t.Context(), 20*time.Millisecond, 5*time.Millisecond, func() error { return sentinel })
-	if !errors.Is(err, sentinel) {
-		t.Errorf("Eventually timeout: %v", err)
-	}
-}
-
 func TestPrefixWriter(t *testing.T) {
 	var b bytes.Buffer
 	w := newPrefixWriter(&b, "[p] ")
@@ -749,10 +734,14 @@ func TestNodeIDAndBootstrap(t *testing.T) {
 	if c.NodeID() != "sidecar~127.0.0.1~pod-1.ns~ns.svc.cluster.local" {
 		t.Errorf("node ID %s", c.NodeID())
 	}
+	var compact bytes.Buffer // the bootstrap is indented
+	if err := json.Compact(&compact, c.Bootstrap()); err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{`"server_uri":"127.0.0.1:1"`, `"channel_creds":[{"type":"insecure"}]`, `"server_features":["xds_v3"]`,
 		`"locality":{"region":"r","zone":"z"}`, `"CLUSTER_ID":"c1"`, `"NAMESPACE":"ns"`, `"LABELS":{"app":"x"}`} {
-		if !strings.Contains(string(c.Bootstrap()), want) {
-			t.Errorf("bootstrap %s lacks %s", c.Bootstrap(), want)
+		if !strings.Contains(compact.String(), want) {
+			t.Errorf("bootstrap %s lacks %s", compact.String(), want)
 		}
 	}
 	if err := c.Close(); err != nil {

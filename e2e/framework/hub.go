@@ -11,13 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 )
 
 // HubStopGrace is how long Hub.Stop waits after SIGTERM before SIGKILL.
@@ -192,36 +191,12 @@ func (h *Hub) CAAddr() string { return h.opts.CAAddr }
 
 // Trustz returns the hub's /debug/trustz document: the federated trust
 // bundle, each root with its PEM.
-func (h *Hub) Trustz(ctx context.Context) (*Trustz, error) {
-	body, err := h.getOK(ctx, "/debug/trustz")
-	if err != nil {
+func (h *Hub) Trustz(ctx context.Context) (*debugdoc.Trustz, error) {
+	tz := &debugdoc.Trustz{}
+	if err := h.getDoc(ctx, debugdoc.TrustzPath, tz); err != nil {
 		return nil, err
 	}
-	tz := &Trustz{}
-	if err := json.Unmarshal(body, tz); err != nil {
-		return nil, fmt.Errorf("framework: hub %s: decoding /debug/trustz: %w", h.id, err)
-	}
 	return tz, nil
-}
-
-// Trustz is the hub's /debug/trustz document.
-type Trustz struct {
-	Roots []TrustzRoot `json:"roots"`
-}
-
-// TrustzRoot is one root of the hub's trust bundle.
-type TrustzRoot struct {
-	TrustDomain string `json:"trustDomain"`
-	Fingerprint string `json:"fingerprint"`
-	Source      string `json:"source"`
-	// RetireAt is set while the root retires after a rotation.
-	RetireAt string `json:"retireAt"`
-	PEM      string `json:"pem"`
-}
-
-// Has reports whether the bundle holds the root of fingerprint fp.
-func (tz *Trustz) Has(fp string) bool {
-	return slices.ContainsFunc(tz.Roots, func(r TrustzRoot) bool { return r.Fingerprint == fp })
 }
 
 // PeerAddr returns the hub's replica-to-replica gRPC address.
@@ -232,47 +207,12 @@ func (h *Hub) PeerAddr() string { return h.peerAddr }
 func (h *Hub) Options() HubOptions { return h.opts }
 
 // Federationz returns the hub's /debug/federationz document.
-func (h *Hub) Federationz(ctx context.Context) (*Federationz, error) {
-	body, err := h.getOK(ctx, "/debug/federationz")
-	if err != nil {
+func (h *Hub) Federationz(ctx context.Context) (*debugdoc.Federationz, error) {
+	fz := &debugdoc.Federationz{}
+	if err := h.getDoc(ctx, debugdoc.FederationzPath, fz); err != nil {
 		return nil, err
 	}
-	fz := &Federationz{}
-	if err := json.Unmarshal(body, fz); err != nil {
-		return nil, fmt.Errorf("framework: hub %s: decoding /debug/federationz: %w", h.id, err)
-	}
 	return fz, nil
-}
-
-// Federationz is the hub's /debug/federationz document.
-type Federationz struct {
-	Self          string `json:"self"`
-	WatchReplicas int    `json:"watchReplicas"`
-	Members       []struct {
-		ID        string `json:"id"`
-		PeerAddr  string `json:"peerAddr"`
-		Connected bool   `json:"connected"`
-	} `json:"members"`
-	Clusters []struct {
-		ID      model.ClusterID `json:"id"`
-		Owners  []string        `json:"owners"`
-		Version struct {
-			Term  uint64 `json:"term"`
-			Seq   uint64 `json:"seq"`
-			Owner string `json:"owner"`
-		} `json:"version"`
-	} `json:"clusters"`
-	Suspects []string `json:"suspects"`
-}
-
-// Owners returns the owners this hub reports for cluster id.
-func (f *Federationz) Owners(id model.ClusterID) []string {
-	for _, c := range f.Clusters {
-		if c.ID == id {
-			return c.Owners
-		}
-	}
-	return nil
 }
 
 // XDSAddr returns the host:port of the hub's xDS (ADS) server.
@@ -425,135 +365,31 @@ func (h *Hub) Metrics(ctx context.Context) (string, error) {
 }
 
 // Registryz fetches and decodes /debug/registryz.
-func (h *Hub) Registryz(ctx context.Context) (*Registryz, error) {
-	b, err := h.getOK(ctx, "/debug/registryz")
-	if err != nil {
+func (h *Hub) Registryz(ctx context.Context) (*debugdoc.Registryz, error) {
+	rz := &debugdoc.Registryz{}
+	if err := h.getDoc(ctx, debugdoc.RegistryzPath, rz); err != nil {
 		return nil, err
-	}
-	rz := &Registryz{}
-	if err := json.Unmarshal(b, rz); err != nil {
-		return nil, fmt.Errorf("framework: hub %s: decoding /debug/registryz: %w", h.id, err)
 	}
 	return rz, nil
 }
 
-// ClusterState is the state of a remote cluster as the hub reports it.
-type ClusterState string
-
-// The states of a remote cluster in /debug/registryz.
-const (
-	ClusterSyncing     ClusterState = "syncing"
-	ClusterSynced      ClusterState = "synced"
-	ClusterUnreachable ClusterState = "unreachable"
-	ClusterInvalid     ClusterState = "invalid"
-)
-
-// Registryz is the hub's /debug/registryz document: the remote clusters it
-// knows, remote secrets it rejected, and the merged service registry.
-type Registryz struct {
-	// Replica is the answering hub's replica ID.
-	Replica string `json:"replica"`
-	// Clusters lists every cluster named by a remote secret.
-	Clusters []RegistryzCluster `json:"clusters"`
-	// SecretErrors lists remote secrets that yield no cluster at all.
-	SecretErrors []RegistryzSecretError `json:"secretErrors"`
-	// Services is the merged registry, one entry per hostname.
-	Services []RegistryzService `json:"services"`
-}
-
-// RegistryzCluster is one remote cluster in Registryz.
-type RegistryzCluster struct {
-	// ID is the cluster ID (the secret's data key).
-	ID model.ClusterID `json:"id"`
-	// Secret is the remote secret that names the cluster, "<ns>/<name>".
-	Secret string `json:"secret"`
-	// State is syncing, synced, unreachable or invalid.
-	State ClusterState `json:"state"`
-	// Error explains an unreachable or invalid cluster.
-	Error string `json:"error"`
-	// Generation counts the hub's syncs of the cluster.
-	Generation uint64 `json:"generation"`
-	// Services counts the services the cluster contributes.
-	Services int `json:"services"`
-	// Endpoints counts the endpoints the cluster contributes.
-	Endpoints int `json:"endpoints"`
-}
-
-// RegistryzSecretError is a remote secret the hub could not use at all.
-type RegistryzSecretError struct {
-	// Secret is "<ns>/<name>".
-	Secret string `json:"secret"`
-	// Error says what is wrong with it.
-	Error string `json:"error"`
-}
-
-// RegistryzService is one service of the merged registry, with the
-// endpoints of every cluster.
-type RegistryzService struct {
-	// Hostname is <svc>.<ns>.svc.cluster.local.
-	Hostname model.Hostname `json:"hostname"`
-	// Ports are the service ports.
-	Ports []RegistryzPort `json:"ports"`
-	// Endpoints are the endpoints of all clusters.
-	Endpoints []RegistryzEndpoint `json:"endpoints"`
-}
-
-// RegistryzPort is a service port.
-type RegistryzPort struct {
-	// Name is the port name EndpointSlice ports refer to.
-	Name string `json:"name"`
-	// Port is the port clients dial.
-	Port uint32 `json:"port"`
-	// Protocol is GRPC, HTTP, HTTP2 or TCP.
-	Protocol model.Protocol `json:"protocol"`
-}
-
-// RegistryzEndpoint is one endpoint of a service.
-type RegistryzEndpoint struct {
-	// Cluster is the cluster the endpoint lives in.
-	Cluster model.ClusterID `json:"cluster"`
-	// Address is the Pod IP (in a fleet, 10.X.A.B; see LocalAddr).
-	Address string `json:"address"`
-	// Locality is that of the endpoint's Node.
-	Locality model.Locality `json:"locality"`
-	// Ready is the EndpointSlice's ready condition.
-	Ready bool `json:"ready"`
-	// ServiceAccount is the backing Pod's service account.
-	ServiceAccount string `json:"serviceAccount"`
-	// Pod names the backing Pod.
-	Pod string `json:"pod"`
-	// Ports maps service port names to target ports.
-	Ports map[string]uint32 `json:"ports"`
-}
-
-// Cluster returns the entry of cluster id.
-func (r *Registryz) Cluster(id model.ClusterID) (RegistryzCluster, bool) {
-	for _, c := range r.Clusters {
-		if c.ID == id {
-			return c, true
-		}
+// Spokez fetches and decodes /debug/spokez: every spoke of the fleet.
+func (h *Hub) Spokez(ctx context.Context) (debugdoc.Spokez, error) {
+	var sz debugdoc.Spokez
+	if err := h.getDoc(ctx, debugdoc.SpokezPath, &sz); err != nil {
+		return nil, err
 	}
-	return RegistryzCluster{}, false
+	return sz, nil
 }
 
-// Service returns the entry of the service with hostname h.
-func (r *Registryz) Service(h model.Hostname) (RegistryzService, bool) {
-	for _, s := range r.Services {
-		if s.Hostname == h {
-			return s, true
-		}
+// getDoc fetches the JSON document at path and decodes it into v.
+func (h *Hub) getDoc(ctx context.Context, path string, v any) error {
+	b, err := h.getOK(ctx, path)
+	if err != nil {
+		return err
 	}
-	return RegistryzService{}, false
-}
-
-// ReadyEndpoints returns the service's ready endpoints in cluster, or in
-// every cluster when cluster is empty.
-func (s RegistryzService) ReadyEndpoints(cluster model.ClusterID) []RegistryzEndpoint {
-	var out []RegistryzEndpoint
-	for _, e := range s.Endpoints {
-		if e.Ready && (cluster == "" || e.Cluster == cluster) {
-			out = append(out, e)
-		}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("framework: hub %s: decoding %s: %w", h.id, path, err)
 	}
-	return out
+	return nil
 }

@@ -3,13 +3,11 @@ package framework
 import (
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/netip"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -27,16 +25,8 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
-
-// InboundListenerTemplate is the server_listener_resource_name_template of
-// the framework's xDS servers, Istio's: %s is the listening "IP:port", which
-// for a fleet pod is its Pod IP (see ListenPod).
-const InboundListenerTemplate = "xds.istio.io/grpc/lds/inbound/%s"
-
-// CertProviderInstance is the certificate provider instance that the
-// framework's bootstraps declare and the hub's secure resources name.
-const CertProviderInstance = "default"
 
 // CertRefreshInterval is how often grpc-go's file_watcher provider of the
 // framework's bootstraps re-reads the certificate files: a change an agent
@@ -161,32 +151,6 @@ func (a *CertAgent) Stop() {
 	<-a.done
 }
 
-// certProviders is the "certificate_providers" bootstrap section that reads
-// the agent's files in dir.
-func certProviders(dir string) map[string]bootstrapCertProvider {
-	return map[string]bootstrapCertProvider{CertProviderInstance: {
-		PluginName: "file_watcher",
-		Config: fileWatcherConfig{
-			CertificateFile:   filepath.Join(dir, agent.CertChainFile),
-			PrivateKeyFile:    filepath.Join(dir, agent.KeyFile),
-			CACertificateFile: filepath.Join(dir, agent.RootCertFile),
-			RefreshInterval:   CertRefreshInterval.String(),
-		},
-	}}
-}
-
-type bootstrapCertProvider struct {
-	PluginName string            `json:"plugin_name"`
-	Config     fileWatcherConfig `json:"config"`
-}
-
-type fileWatcherConfig struct {
-	CertificateFile   string `json:"certificate_file"`
-	PrivateKeyFile    string `json:"private_key_file"`
-	CACertificateFile string `json:"ca_certificate_file"`
-	RefreshInterval   string `json:"refresh_interval"`
-}
-
 // XDSServerOptions describe one xDS-enabled echo server: a replica whose
 // gRPC server takes its listener (and its security) from the hub.
 type XDSServerOptions struct {
@@ -225,28 +189,16 @@ func StartXDSEchoServer(opts XDSServerOptions) (*EchoServer, error) {
 		return nil, fmt.Errorf("framework: xDS echo server %s: %w", opts.Identity, err)
 	}
 	ap, _ := netip.ParseAddrPort(l.(*podListener).Listener.Addr().String())
-	b := bootstrapJSON{
-		XDSServers: []bootstrapServer{{
-			ServerURI:      opts.HubAddr,
-			ChannelCreds:   []bootstrapCreder{{Type: "insecure"}},
-			ServerFeatures: []string{"xds_v3"},
-		}},
-		Node: bootstrapNode{
-			ID: NodeID(opts.PodIP.String(), opts.Pod, opts.Namespace),
-			Metadata: map[string]any{
-				"CLUSTER_ID": string(opts.Cluster),
-				"NAMESPACE":  opts.Namespace,
-			},
-		},
-		ServerListenerResourceNameTemplate: InboundListenerTemplate,
-	}
-	if opts.CertDir != "" {
-		b.CertificateProviders = certProviders(opts.CertDir)
-	}
-	bs, err := json.Marshal(b)
+	bs, err := xdsnode.Bootstrap{
+		ServerURI:           opts.HubAddr,
+		NodeID:              xdsnode.SidecarID(opts.PodIP.String(), opts.Pod, opts.Namespace, model.DefaultDomainSuffix),
+		Metadata:            xdsnode.Metadata{ClusterID: opts.Cluster, Namespace: opts.Namespace},
+		CertDir:             opts.CertDir,
+		CertRefreshInterval: CertRefreshInterval,
+	}.JSON()
 	if err != nil {
 		_ = l.Close()
-		return nil, err
+		return nil, fmt.Errorf("framework: xDS bootstrap: %w", err)
 	}
 	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {

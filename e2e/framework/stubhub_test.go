@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 )
 
 // The framework's own tests cannot use the real hub (it is built elsewhere
@@ -79,7 +81,7 @@ func runStubHub(args []string) int {
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "# TYPE meshfed_stub_info gauge\nmeshfed_stub_info{replica=%q} 1\n", *replica)
 	})
-	mux.HandleFunc("/debug/registryz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc(debugdoc.RegistryzPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, stubRegistryz, *replica)
 	})

@@ -222,12 +222,3 @@ func NewTestADSWatcher(t testing.TB, hubAddr string, node *corev3.Node) *ADSWatc
 	t.Cleanup(func() { _ = w.Close() })
 	return w
 }
-
-// RequireEventually is Eventually (interval 50 ms) for tests: it fails the
-// test with cond's last error.
-func RequireEventually(t testing.TB, timeout time.Duration, cond func() error) {
-	t.Helper()
-	if err := Eventually(t.Context(), timeout, 50*time.Millisecond, cond); err != nil {
-		t.Fatalf("%v", err)
-	}
-}

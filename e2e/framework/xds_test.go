@@ -23,10 +23,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // The resources a minimal control plane serves for one proxyless gRPC
@@ -239,8 +240,8 @@ func TestXDSClient(t *testing.T) {
 		}
 		o := c.Options()
 		md := n.GetMetadata().GetFields()
-		if n.GetLocality().GetZone() != o.Locality.Zone || md["CLUSTER_ID"].GetStringValue() != string(o.Cluster) ||
-			md["NAMESPACE"].GetStringValue() != "demo" {
+		if n.GetLocality().GetZone() != o.Locality.Zone || md[xdsnode.MetadataClusterID].GetStringValue() != string(o.Cluster) ||
+			md[xdsnode.MetadataNamespace].GetStringValue() != "demo" {
 			t.Errorf("node %s: locality %v metadata %v", c.NodeID(), n.GetLocality(), n.GetMetadata())
 		}
 	}
@@ -249,7 +250,7 @@ func TestXDSClient(t *testing.T) {
 	if err := cp.cache.SetSnapshot(ctx, clientA.NodeID(), testSnapshot(t, "2", a)); err != nil {
 		t.Fatal(err)
 	}
-	if err := Eventually(ctx, 30*time.Second, 20*time.Millisecond, func() error {
+	if err := testutil.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
 		counts, err := connA.Spread(ctx, 10)
 		if err != nil {
 			return err
@@ -271,9 +272,8 @@ func TestADSWatcher(t *testing.T) {
 	cp := startTestControlPlane(t)
 	a := testBackend{zone: "z1", addr: startTestEcho(t, "127.20.0.1:0", "cluster-a/echo-0")}
 	b := testBackend{zone: "z2", addr: startTestEcho(t, "127.21.0.1:0", "cluster-b/echo-0")}
-	node := &corev3.Node{Id: NodeID("127.0.0.9", "watcher", "bench"), Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-		"CLUSTER_ID": structpb.NewStringValue("cluster-a"),
-	}}}
+	node := &corev3.Node{Id: xdsnode.SidecarID("127.0.0.9", "watcher", "bench", model.DefaultDomainSuffix),
+		Metadata: xdsnode.Metadata{ClusterID: "cluster-a"}.Struct()}
 	if err := cp.cache.SetSnapshot(ctx, node.GetId(), testSnapshot(t, "1", a, b)); err != nil {
 		t.Fatal(err)
 	}

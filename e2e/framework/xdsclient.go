@@ -2,7 +2,6 @@ package framework
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/xds" // also registers the xDS balancers
 
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // ClientOptions describes one proxyless gRPC client (a "pod" that dials
@@ -42,7 +42,7 @@ type ClientOptions struct {
 	DialOptions []grpc.DialOption
 	// CertDir, when set, holds the client's certificate files
 	// (CertAgent.Dir): the bootstrap then declares the certificate provider
-	// CertProviderInstance reading them, and Dial uses xDS transport
+	// xdsnode.CertProviderInstance reading them, and Dial uses xDS transport
 	// credentials, so the client speaks mTLS where the hub's clusters say
 	// so and plaintext elsewhere.
 	CertDir string
@@ -78,42 +78,6 @@ type XDSClient struct {
 	closed bool
 }
 
-// bootstrap is the part of grpc-go's bootstrap JSON the framework writes.
-type bootstrapJSON struct {
-	XDSServers                         []bootstrapServer                `json:"xds_servers"`
-	Node                               bootstrapNode                    `json:"node"`
-	CertificateProviders               map[string]bootstrapCertProvider `json:"certificate_providers,omitempty"`
-	ServerListenerResourceNameTemplate string                           `json:"server_listener_resource_name_template,omitempty"`
-}
-
-type bootstrapServer struct {
-	ServerURI      string            `json:"server_uri"`
-	ChannelCreds   []bootstrapCreder `json:"channel_creds"`
-	ServerFeatures []string          `json:"server_features"`
-}
-
-type bootstrapCreder struct {
-	Type string `json:"type"`
-}
-
-type bootstrapNode struct {
-	ID       string            `json:"id"`
-	Locality bootstrapLocality `json:"locality"`
-	Metadata map[string]any    `json:"metadata"`
-}
-
-type bootstrapLocality struct {
-	Region  string `json:"region,omitempty"`
-	Zone    string `json:"zone,omitempty"`
-	SubZone string `json:"sub_zone,omitempty"`
-}
-
-// NodeID returns the Istio-style node ID of a proxy:
-// sidecar~<ip>~<name>.<ns>~<ns>.svc.cluster.local.
-func NodeID(ip, name, namespace string) string {
-	return "sidecar~" + ip + "~" + name + "." + namespace + "~" + namespace + ".svc." + model.DefaultDomainSuffix
-}
-
 // NewXDSClient prepares a client whose bootstrap points at opts.HubAddr.
 // No connection is made until the first RPC of a Dial. ctx is unused today
 // and reserved for setup that may need it.
@@ -133,36 +97,17 @@ func NewXDSClient(_ context.Context, opts ClientOptions) (*XDSClient, error) {
 	if opts.IP == "" {
 		opts.IP = "127.0.0.1"
 	}
-	meta := map[string]any{
-		"CLUSTER_ID": string(opts.Cluster),
-		"NAMESPACE":  opts.Namespace,
-	}
-	if opts.Network != "" {
-		meta["NETWORK"] = opts.Network
-	}
-	if len(opts.Labels) > 0 {
-		meta["LABELS"] = opts.Labels
-	}
-	nodeID := NodeID(opts.IP, opts.Name, opts.Namespace)
-	var providers map[string]bootstrapCertProvider
-	if opts.CertDir != "" {
-		providers = certProviders(opts.CertDir)
-	}
-	bs, err := json.Marshal(bootstrapJSON{
-		CertificateProviders: providers,
-		XDSServers: []bootstrapServer{{
-			ServerURI:      opts.HubAddr,
-			ChannelCreds:   []bootstrapCreder{{Type: "insecure"}},
-			ServerFeatures: []string{"xds_v3"},
-		}},
-		Node: bootstrapNode{
-			ID: nodeID,
-			Locality: bootstrapLocality{
-				Region: opts.Locality.Region, Zone: opts.Locality.Zone, SubZone: opts.Locality.SubZone,
-			},
-			Metadata: meta,
+	nodeID := xdsnode.SidecarID(opts.IP, opts.Name, opts.Namespace, model.DefaultDomainSuffix)
+	bs, err := xdsnode.Bootstrap{
+		ServerURI: opts.HubAddr,
+		NodeID:    nodeID,
+		Metadata: xdsnode.Metadata{
+			ClusterID: opts.Cluster, Namespace: opts.Namespace, Network: opts.Network, Labels: opts.Labels,
 		},
-	})
+		Locality:            opts.Locality,
+		CertDir:             opts.CertDir,
+		CertRefreshInterval: CertRefreshInterval,
+	}.JSON()
 	if err != nil {
 		return nil, fmt.Errorf("framework: xDS bootstrap: %w", err)
 	}
@@ -174,16 +119,16 @@ func NewXDSClient(_ context.Context, opts ClientOptions) (*XDSClient, error) {
 }
 
 func clientFromBootstrap(opts ClientOptions) (*XDSClient, error) {
-	var b bootstrapJSON
-	if err := json.Unmarshal(opts.Bootstrap, &b); err != nil {
-		return nil, fmt.Errorf("framework: xDS bootstrap: %w", err)
+	b, err := xdsnode.ParseBootstrap(opts.Bootstrap)
+	if err != nil {
+		return nil, fmt.Errorf("framework: %w", err)
 	}
 	builder, err := xds.NewXDSResolverWithConfigForTesting(opts.Bootstrap)
 	if err != nil {
 		return nil, fmt.Errorf("framework: xDS resolver: %w", err)
 	}
-	return &XDSClient{opts: opts, nodeID: b.Node.ID, bootstrap: slices.Clone(opts.Bootstrap), builder: builder,
-		secure: len(b.CertificateProviders) > 0}, nil
+	return &XDSClient{opts: opts, nodeID: b.NodeID, bootstrap: slices.Clone(opts.Bootstrap), builder: builder,
+		secure: len(b.CertProviders) > 0}, nil
 }
 
 // NodeID returns the node ID the client presents to the hub.

@@ -1,8 +1,9 @@
 package proxystatus
 
 import (
-	"strings"
 	"time"
+
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // Status is a proxy's sync state for one xDS type, with Istio's names.
@@ -187,30 +188,18 @@ func (r Record) Clone() Record {
 }
 
 // ParseNodeID splits an Istio node ID, <type>~<ip>~<pod>.<ns>~<ns>.svc.<domain>,
-// into the proxy's name "<pod>.<ns>" and its namespace. ok is false for
-// any other shape.
+// into the proxy's name "<pod>.<ns>" and its namespace, as
+// xdsnode.ParseID does. ok is false for any other shape.
+// New code calls xdsnode.ParseID.
 func ParseNodeID(id string) (name, namespace string, ok bool) {
-	parts := strings.Split(id, "~")
-	if len(parts) != 4 || parts[0] == "" || parts[2] == "" {
+	n, err := xdsnode.ParseID(id)
+	if err != nil {
 		return "", "", false
 	}
-	name = parts[2]
-	if dns := parts[3]; dns != "" {
-		namespace, _, _ = strings.Cut(dns, ".")
-	} else if i := strings.LastIndexByte(name, '.'); i >= 0 {
-		namespace = name[i+1:]
-	}
-	if namespace == "" {
-		return "", "", false
-	}
-	return name, namespace, true
+	return n.Name, n.Namespace, true
 }
 
 // NameOf returns the name to show for node ID id: "<pod>.<ns>" for an Istio
 // node ID, id itself otherwise.
-func NameOf(id string) string {
-	if name, _, ok := ParseNodeID(id); ok {
-		return name
-	}
-	return id
-}
+// New code calls xdsnode.NameOf.
+func NameOf(id string) string { return xdsnode.NameOf(id) }

@@ -1,8 +1,6 @@
 package podagent
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,151 +8,58 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/meshfed/meshfed/pkg/agent"
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
-// Names in the bootstrap that the hub relies on.
-const (
-	// LocalityLabel is the Pod label of its locality, "region.zone.subzone"
-	// (zone and subzone optional), as Istio names it.
-	LocalityLabel = "istio-locality"
-	// CertProviderInstance is the certificate provider instance of the
-	// bootstrap, the one the hub's secure resources name.
-	CertProviderInstance = "default"
-	// InboundListenerTemplate is the bootstrap's
-	// server_listener_resource_name_template: an xDS-enabled gRPC server
-	// asks for its listener on <ip>:<port> under this name.
-	InboundListenerTemplate = "xds.istio.io/grpc/lds/inbound/%s"
-	// Generator is the node's GENERATOR metadata, proxyless gRPC.
-	Generator = "grpc"
-)
+// LocalityLabel is the Pod label of its locality, "region.zone.subzone"
+// (zone and subzone optional), as Istio names it.
+const LocalityLabel = "istio-locality"
 
-// bootstrapJSON is grpc-go's xDS bootstrap, the fields meshfed writes.
-type bootstrapJSON struct {
-	XDSServers                         []xdsServer             `json:"xds_servers"`
-	Node                               node                    `json:"node"`
-	CertificateProviders               map[string]certProvider `json:"certificate_providers"`
-	ServerListenerResourceNameTemplate string                  `json:"server_listener_resource_name_template"`
-}
-
-type xdsServer struct {
-	ServerURI      string         `json:"server_uri"`
-	ChannelCreds   []channelCreds `json:"channel_creds"`
-	ServerFeatures []string       `json:"server_features"`
-}
-
-type channelCreds struct {
-	Type string `json:"type"`
-}
-
-type node struct {
-	ID       string         `json:"id"`
-	Metadata map[string]any `json:"metadata"`
-	Locality *locality      `json:"locality,omitempty"`
-}
-
-// locality is a node's locality; empty parts are left out.
-type locality struct {
-	Region  string `json:"region,omitempty"`
-	Zone    string `json:"zone,omitempty"`
-	SubZone string `json:"sub_zone,omitempty"`
-}
-
-type certProvider struct {
-	PluginName string            `json:"plugin_name"`
-	Config     fileWatcherConfig `json:"config"`
-}
-
-type fileWatcherConfig struct {
-	CertificateFile   string          `json:"certificate_file"`
-	PrivateKeyFile    string          `json:"private_key_file"`
-	CACertificateFile string          `json:"ca_certificate_file"`
-	RefreshInterval   json.RawMessage `json:"refresh_interval"`
-}
-
-// Bootstrap returns grpc-go's xDS bootstrap (indented JSON) for the Pod
-// that opts describe, with its labels: the xDS server DiscoveryAddress
-// (plaintext), the node (ID, metadata, and locality from the istio-locality
-// label), a file_watcher certificate provider reading the agent's files in
-// CertDir, and Istio's inbound listener name template. Only the fields it
-// uses are checked (not the CA's); defaults apply as in Run.
+// Bootstrap returns grpc-go's xDS bootstrap (indented JSON, see
+// xdsnode.Bootstrap) for the Pod that opts describe, with its labels: the
+// xDS server DiscoveryAddress (plaintext), the node (its Istio node ID,
+// metadata, and locality from the istio-locality label), a file_watcher
+// certificate provider reading the agent's files in CertDir, and Istio's
+// inbound listener name template. Only the fields it uses are checked (not
+// the CA's); defaults apply as in Run.
 func Bootstrap(opts Options, labels map[string]string) ([]byte, error) {
 	opts = opts.withDefaults()
 	if err := invalid(opts.validateBootstrap()); err != nil {
 		return nil, err
 	}
-	refresh, err := protojson.Marshal(durationpb.New(opts.CertRefreshInterval))
-	if err != nil {
-		return nil, fmt.Errorf("podagent: CertRefreshInterval: %w", err)
-	}
-	md := map[string]any{
-		"CLUSTER_ID":      opts.ClusterID,
-		"NAMESPACE":       opts.PodNamespace,
-		"GENERATOR":       Generator,
-		"INSTANCE_IPS":    opts.InstanceIP,
-		"SERVICE_ACCOUNT": opts.ServiceAccount,
-	}
-	if opts.Network != "" {
-		md["NETWORK"] = opts.Network
-	}
-	if len(labels) > 0 {
-		md["LABELS"] = labels
-	}
-	b := bootstrapJSON{
-		XDSServers: []xdsServer{{
-			ServerURI:      opts.DiscoveryAddress,
-			ChannelCreds:   []channelCreds{{Type: "insecure"}},
-			ServerFeatures: []string{"xds_v3"},
-		}},
-		Node: node{
-			ID:       NodeID(opts.InstanceIP, opts.PodName, opts.PodNamespace, opts.DomainSuffix),
-			Metadata: md,
-			Locality: localityOf(labels),
+	b, err := xdsnode.Bootstrap{
+		ServerURI: opts.DiscoveryAddress,
+		NodeID:    xdsnode.SidecarID(opts.InstanceIP, opts.PodName, opts.PodNamespace, opts.DomainSuffix),
+		Metadata: xdsnode.Metadata{
+			ClusterID:      model.ClusterID(opts.ClusterID),
+			Namespace:      opts.PodNamespace,
+			Network:        opts.Network,
+			Labels:         labels,
+			Generator:      xdsnode.GeneratorGRPC,
+			InstanceIPs:    opts.InstanceIP,
+			ServiceAccount: opts.ServiceAccount,
 		},
-		CertificateProviders: map[string]certProvider{CertProviderInstance: {
-			PluginName: "file_watcher",
-			Config: fileWatcherConfig{
-				CertificateFile:   filepath.Join(opts.CertDir, agent.CertChainFile),
-				PrivateKeyFile:    filepath.Join(opts.CertDir, agent.KeyFile),
-				CACertificateFile: filepath.Join(opts.CertDir, agent.RootCertFile),
-				RefreshInterval:   refresh,
-			},
-		}},
-		ServerListenerResourceNameTemplate: InboundListenerTemplate,
+		Locality:            localityOf(labels),
+		CertDir:             opts.CertDir,
+		CertRefreshInterval: opts.CertRefreshInterval,
+	}.JSON()
+	if err != nil {
+		return nil, fmt.Errorf("podagent: %w", err)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(b); err != nil {
-		return nil, fmt.Errorf("podagent: bootstrap: %w", err)
-	}
-	return buf.Bytes(), nil
-}
-
-// NodeID is the xDS node ID of a Pod, as Istio's proxies form it:
-// sidecar~<ip>~<pod>.<namespace>~<namespace>.svc.<domainSuffix>.
-func NodeID(ip, pod, namespace, domainSuffix string) string {
-	return "sidecar~" + ip + "~" + pod + "." + namespace + "~" + namespace + ".svc." + domainSuffix
+	return b, nil
 }
 
 // localityOf parses the istio-locality label, "region.zone.subzone" with
-// zone and subzone optional (a subzone may hold dots); nil without one.
-func localityOf(labels map[string]string) *locality {
+// zone and subzone optional (a subzone may hold dots); zero without one.
+func localityOf(labels map[string]string) model.Locality {
 	v := strings.TrimSpace(labels[LocalityLabel])
 	if v == "" {
-		return nil
+		return model.Locality{}
 	}
 	parts := strings.SplitN(v, ".", 3)
 	parts = append(parts, "", "")
-	l := &locality{Region: parts[0], Zone: parts[1], SubZone: parts[2]}
-	if *l == (locality{}) {
-		return nil
-	}
-	return l
+	return model.Locality{Region: parts[0], Zone: parts[1], SubZone: parts[2]}
 }
 
 // ParseLabels parses the downward API file of a Pod's labels: one

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,10 +16,9 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/xds"
 
+	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/spoke/podagent"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files of testdata/")
 
 // podOptions describes the Pod of the golden bootstrap.
 func podOptions() podagent.Options {
@@ -54,19 +52,7 @@ func TestBootstrapGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "bootstrap.golden.json")
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("bootstrap differs from %s (run with -update if intended):\n got: %s\nwant: %s", golden, got, want)
-	}
+	testutil.Golden(t, filepath.Join("testdata", "bootstrap.golden.json"), got)
 }
 
 // TestBootstrapShape checks what the hub and grpc-go read, independently of

@@ -40,7 +40,10 @@
 // region. The xDS server is DiscoveryAddress over plaintext (as in the rest
 // of meshfed's tests and demo), and server_listener_resource_name_template
 // is Istio's, so that xDS-enabled gRPC servers ask for their inbound
-// listener under the name the hub serves.
+// listener under the name the hub serves. pkg/xdsnode declares all of it
+// (node ID, metadata keys, the bootstrap's JSON) once for the hub, this
+// agent and the tests.
 //
-// The package imports only pkg/ (the agent), as every package of spoke/.
+// The package imports only pkg/ (the agent, the node contract), as every
+// package of spoke/.
 package podagent

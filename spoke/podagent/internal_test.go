@@ -8,30 +8,29 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meshfed/meshfed/pkg/model"
 )
 
 func TestLocalityOf(t *testing.T) {
 	for _, tc := range []struct {
 		label string
-		want  *locality
+		want  model.Locality // zero: no locality
 	}{
-		{"", nil},
-		{"  ", nil},
-		{"us-east1", &locality{Region: "us-east1"}},
-		{"us-east1.us-east1-b", &locality{Region: "us-east1", Zone: "us-east1-b"}},
-		{"us-east1.us-east1-b.rack-7", &locality{Region: "us-east1", Zone: "us-east1-b", SubZone: "rack-7"}},
-		{"r.z.sub.zone.with.dots", &locality{Region: "r", Zone: "z", SubZone: "sub.zone.with.dots"}},
-		{"r..s", &locality{Region: "r", SubZone: "s"}},
-		{"..", nil},
+		{"", model.Locality{}},
+		{"  ", model.Locality{}},
+		{"us-east1", model.Locality{Region: "us-east1"}},
+		{"us-east1.us-east1-b", model.Locality{Region: "us-east1", Zone: "us-east1-b"}},
+		{"us-east1.us-east1-b.rack-7", model.Locality{Region: "us-east1", Zone: "us-east1-b", SubZone: "rack-7"}},
+		{"r.z.sub.zone.with.dots", model.Locality{Region: "r", Zone: "z", SubZone: "sub.zone.with.dots"}},
+		{"r..s", model.Locality{Region: "r", SubZone: "s"}},
+		{"..", model.Locality{}},
 	} {
-		got := localityOf(map[string]string{LocalityLabel: tc.label})
-		switch {
-		case got == nil && tc.want == nil:
-		case got == nil || tc.want == nil || *got != *tc.want:
+		if got := localityOf(map[string]string{LocalityLabel: tc.label}); got != tc.want {
 			t.Errorf("localityOf(%q) = %+v, want %+v", tc.label, got, tc.want)
 		}
 	}
-	if got := localityOf(map[string]string{"app": "x"}); got != nil {
+	if got := localityOf(map[string]string{"app": "x"}); got != (model.Locality{}) {
 		t.Errorf("locality %+v without the label", got)
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 type options struct {
@@ -156,7 +157,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		hubs = append(hubs, h)
 	}
 	hub := hubs[1] // the clients' replica
-	if err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func() error {
+	if err := testutil.Poll(ctx, 30*time.Second, 50*time.Millisecond, func() error {
 		fz, err := hub.Federationz(ctx)
 		if err != nil {
 			return err
@@ -251,7 +252,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	if err := hubs[0].Kill(); err != nil {
 		return err
 	}
-	if err := framework.Eventually(ctx, 30*time.Second, 20*time.Millisecond, func() error {
+	if err := testutil.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
 		fz, err := hub.Federationz(ctx)
 		if err != nil {
 			return err
@@ -343,7 +344,7 @@ func client(ctx context.Context, fleet *framework.Fleet, hub *framework.Hub, cer
 // trustBundle waits for the hub's trust bundle and returns it as PEM.
 func trustBundle(ctx context.Context, hub *framework.Hub) ([]byte, error) {
 	var out []byte
-	err := framework.Eventually(ctx, 30*time.Second, 50*time.Millisecond, func() error {
+	err := testutil.Poll(ctx, 30*time.Second, 50*time.Millisecond, func() error {
 		tz, err := hub.Trustz(ctx)
 		if err != nil {
 			return err
@@ -414,7 +415,7 @@ func rotate(ctx context.Context, d *demo, cfg *framework.ConfigCluster, hub *fra
 	if err := cfg.PutCACertsPEM(ctx, newRoot.CertPEM, keyPEM, append(bytes.Clone(newRoot.CertPEM), oldRootsPEM...)); err != nil {
 		return err
 	}
-	if err := framework.Eventually(ctx, time.Minute, 50*time.Millisecond, func() error { return issuedBy(newRoot.Cert.Subject.CommonName) }); err != nil {
+	if err := testutil.Poll(ctx, time.Minute, 50*time.Millisecond, func() error { return issuedBy(newRoot.Cert.Subject.CommonName) }); err != nil {
 		return err
 	}
 	d.detail("after %.1fs every workload and client holds a leaf of the new root (the hub staged the new CA for %v while its root spread)",
@@ -423,7 +424,7 @@ func rotate(ctx context.Context, d *demo, cfg *framework.ConfigCluster, hub *fra
 		return err
 	}
 	var retiring string
-	err = framework.Eventually(ctx, 2*time.Minute, 50*time.Millisecond, func() error {
+	err = testutil.Poll(ctx, 2*time.Minute, 50*time.Millisecond, func() error {
 		tz, err := hub.Trustz(ctx)
 		if err != nil {
 			return err
@@ -457,7 +458,7 @@ func rotate(ctx context.Context, d *demo, cfg *framework.ConfigCluster, hub *fra
 func spread(ctx context.Context, d *demo, conn *framework.XDSConn, n int, want ...model.ClusterID) error {
 	began := time.Now()
 	var counts map[string]int
-	err := framework.Eventually(ctx, 30*time.Second, 20*time.Millisecond, func() error {
+	err := testutil.Poll(ctx, 30*time.Second, 20*time.Millisecond, func() error {
 		c, err := conn.Spread(ctx, n)
 		if err != nil {
 			return err

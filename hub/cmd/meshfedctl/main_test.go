@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -23,35 +23,22 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub"
-	"github.com/meshfed/meshfed/hub/remotes"
 	"github.com/meshfed/meshfed/hub/replication"
 	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/hub/xds"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
+	"github.com/meshfed/meshfed/pkg/testutil"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (run with -update to accept):\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
+	testutil.Golden(t, filepath.Join("testdata", name), got)
 }
 
 func TestParseArgs(t *testing.T) {
@@ -268,8 +255,8 @@ func TestProxyStatusLiveNACK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &corev3.Node{Id: "sidecar~10.3.0.1~live-0.demo~demo.svc.cluster.local",
-		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{"CLUSTER_ID": structpb.NewStringValue("cluster-3")}}}
+	node := &corev3.Node{Id: xdsnode.SidecarID("10.3.0.1", "live-0", "demo", "cluster.local"),
+		Metadata: xdsnode.Metadata{ClusterID: "cluster-3"}.Struct()}
 	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
 		t.Fatal(err)
 	}
@@ -281,34 +268,32 @@ func TestProxyStatusLiveNACK(t *testing.T) {
 		ErrorDetail: &status.Status{Code: 3, Message: "unknown lb policy"}}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
 		out, err := runCLI(t, "proxy-status", "--hub", addr, "live-0.demo")
 		if err == nil && strings.Contains(out, "cds: version "+r.GetVersionInfo()+" rejected: unknown lb policy") &&
 			strings.Contains(out, "HUB:           hub-2") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("detail never showed the NACK: %v\n%s", err, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("detail never showed the NACK: %v\n%s", err, out)
+	})
 }
 
 // monitoringServer serves /debug/registryz and, if fed is set,
-// /debug/federationz, encoded from the hub's own types.
+// /debug/federationz, encoded from the types the hub serves (federationz
+// from the hub's replication.Federationz, which TestDebugDocsMatchHub
+// checks against debugdoc.Federationz).
 func monitoringServer(t *testing.T, fed *replication.Federationz) string {
 	t.Helper()
-	reg := hub.Registryz{
+	reg := debugdoc.Registryz{
 		Replica: "hub-0",
-		Clusters: []hub.RegistryzCluster{
-			{ID: "cluster-1", Secret: "istio-system/remote-1", State: remotes.StateSynced, Generation: 4, Services: 12, Endpoints: 48},
-			{ID: "cluster-2", Secret: "istio-system/remote-1", State: remotes.StateReplicated, Services: 3, Endpoints: 6},
-			{ID: "cluster-3", Secret: "istio-system/remote-3", State: remotes.StateUnreachable,
+		Clusters: []debugdoc.RegistryzCluster{
+			{ID: "cluster-1", Secret: "istio-system/remote-1", State: debugdoc.ClusterSynced, Generation: 4, Services: 12, Endpoints: 48},
+			{ID: "cluster-2", Secret: "istio-system/remote-1", State: debugdoc.ClusterReplicated, Services: 3, Endpoints: 6},
+			{ID: "cluster-3", Secret: "istio-system/remote-3", State: debugdoc.ClusterUnreachable,
 				Error: "Get \"https://10.9.0.1:6443/api\":\n dial tcp 10.9.0.1:6443: i/o timeout"},
-			{ID: "cluster-4", Secret: "istio-system/remote-4", State: remotes.StateInvalid, Error: "kubeconfig uses an exec plugin"},
+			{ID: "cluster-4", Secret: "istio-system/remote-4", State: debugdoc.ClusterInvalid, Error: "kubeconfig uses an exec plugin"},
 		},
-		SecretErrors: []remotes.SecretError{{Secret: "istio-system/broken", Error: "no clusters in secret"}},
+		SecretErrors: []debugdoc.SecretError{{Secret: "istio-system/broken", Error: "no clusters in secret"}},
 	}
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, v any) {
@@ -317,9 +302,9 @@ func monitoringServer(t *testing.T, fed *replication.Federationz) string {
 			t.Error(err)
 		}
 	}
-	mux.HandleFunc("GET /debug/registryz", func(w http.ResponseWriter, _ *http.Request) { write(w, reg) })
+	mux.HandleFunc("GET "+debugdoc.RegistryzPath, func(w http.ResponseWriter, _ *http.Request) { write(w, reg) })
 	if fed != nil {
-		mux.HandleFunc("GET /debug/federationz", func(w http.ResponseWriter, _ *http.Request) { write(w, fed) })
+		mux.HandleFunc("GET "+debugdoc.FederationzPath, func(w http.ResponseWriter, _ *http.Request) { write(w, fed) })
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -397,5 +382,62 @@ func TestRemoteClustersErrors(t *testing.T) {
 	defer srv404.Close()
 	if _, err := runCLI(t, "remote-clusters", "--monitoring", srv404.URL); !errors.Is(err, errNotFound) {
 		t.Fatalf("404: %v", err)
+	}
+}
+
+// TestDebugDocsMatchHub: the documents the hub still encodes from types of
+// its own decode into debugdoc's, every field known and kept, so meshfedctl
+// and the e2e framework read all of what the hub serves.
+func TestDebugDocsMatchHub(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for name, tc := range map[string]struct {
+		served, decoded, want any
+	}{
+		"federationz": {
+			served:  federationzFixture(),
+			decoded: &debugdoc.Federationz{},
+			want: &debugdoc.Federationz{
+				Self: "hub-0", WatchReplicas: 1,
+				Members: []debugdoc.FederationzMember{{ID: "hub-0", Connected: true}, {ID: "hub-1", Connected: true}},
+				Clusters: []debugdoc.FederationzCluster{
+					{ID: "cluster-1", Owners: []string{"hub-0"}, Version: debugdoc.StateVersion{Term: 1, Seq: 9, Owner: "hub-0"}},
+					{ID: "cluster-2", Owners: []string{"hub-1", "hub-0"}},
+					{ID: "cluster-3", Owners: []string{"hub-1"}},
+				},
+			},
+		},
+		"federationz suspects": {
+			served:  &replication.Federationz{Self: "hub-0", Suspects: []federation.ReplicaID{"hub-2"}},
+			decoded: &debugdoc.Federationz{},
+			want:    &debugdoc.Federationz{Self: "hub-0", Suspects: []string{"hub-2"}},
+		},
+		"trustz": {
+			served: hub.Trustz{Roots: []hub.TrustzRoot{{TrustDomain: "cluster.local", Fingerprint: "ab", Source: "hub-0",
+				NotAfter: "2030-01-01T00:00:00Z", RetireAt: "2027-01-01T00:00:00Z", PEM: "pem"}}},
+			decoded: &debugdoc.Trustz{},
+			want: &debugdoc.Trustz{Roots: []debugdoc.TrustzRoot{{TrustDomain: "cluster.local", Fingerprint: "ab", Source: "hub-0",
+				NotAfter: "2030-01-01T00:00:00Z", RetireAt: "2027-01-01T00:00:00Z", PEM: "pem"}}},
+		},
+		"spokez": {
+			served: []trustsvc.SpokeStatus{{Cluster: "c1", Version: "v1", Identity: "sa", ConnectedAt: at, LastSeen: at,
+				Healthy: true, Streams: 2, BundleVersion: "7", Hubs: []string{"hub-0"}}},
+			decoded: &debugdoc.Spokez{},
+			want: &debugdoc.Spokez{{Cluster: "c1", Version: "v1", Identity: "sa", ConnectedAt: at, LastSeen: at,
+				Healthy: true, Streams: 2, BundleVersion: "7", Hubs: []string{"hub-0"}}},
+		},
+	} {
+		raw, err := json.Marshal(tc.served)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(tc.decoded); err != nil {
+			t.Errorf("%s: debugdoc does not read %s: %v", name, raw, err)
+			continue
+		}
+		if !reflect.DeepEqual(tc.decoded, tc.want) {
+			t.Errorf("%s: decoded %+v, want %+v", name, tc.decoded, tc.want)
+		}
 	}
 }

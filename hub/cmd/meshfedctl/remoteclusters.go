@@ -10,47 +10,15 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 )
-
-// registryz is the part of the hub's /debug/registryz (hub.Registryz) that
-// meshfedctl reads.
-type registryz struct {
-	Replica  string `json:"replica"`
-	Clusters []struct {
-		ID        string `json:"id"`
-		Secret    string `json:"secret"`
-		State     string `json:"state"`
-		Error     string `json:"error"`
-		Services  int    `json:"services"`
-		Endpoints int    `json:"endpoints"`
-	} `json:"clusters"`
-	SecretErrors []secretError `json:"secretErrors"`
-}
-
-// federationz is the part of the hub's /debug/federationz
-// (replication.Federationz) that meshfedctl reads.
-type federationz struct {
-	Clusters []struct {
-		ID     string   `json:"id"`
-		Owners []string `json:"owners"`
-	} `json:"clusters"`
-}
-
-// spokez is the part of the hub's /debug/spokez (trustsvc.SpokeStatus)
-// that meshfedctl reads: every spoke of the fleet, with the replicas that
-// hold its trust-bundle streams.
-type spokez []struct {
-	Cluster string   `json:"cluster"`
-	Version string   `json:"version"`
-	Healthy bool     `json:"healthy"`
-	Hubs    []string `json:"hubs"`
-}
 
 // remoteClustersDoc is what `remote-clusters -o json` writes.
 type remoteClustersDoc struct {
-	Replica      string          `json:"replica"`
-	Clusters     []remoteCluster `json:"clusters"`
-	SecretErrors []secretError   `json:"secretErrors,omitempty"`
+	Replica      string                 `json:"replica"`
+	Clusters     []remoteCluster        `json:"clusters"`
+	SecretErrors []debugdoc.SecretError `json:"secretErrors,omitempty"`
 }
 
 // remoteCluster is one row of remote-clusters. Owners is empty when the
@@ -68,12 +36,6 @@ type remoteCluster struct {
 	Spoke string `json:"spoke,omitempty"`
 }
 
-// secretError is a remote secret the hub rejected as a whole.
-type secretError struct {
-	Secret string `json:"secret"`
-	Error  string `json:"error"`
-}
-
 // errNotFound is returned by getJSON for a 404.
 var errNotFound = errors.New("not found")
 
@@ -85,22 +47,22 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 	base = strings.TrimSuffix(base, "/")
 	client := &http.Client{Timeout: opts.Timeout}
 
-	var reg registryz
-	if err := getJSON(ctx, client, base+"/debug/registryz", &reg); err != nil {
+	var reg debugdoc.Registryz
+	if err := getJSON(ctx, client, base+debugdoc.RegistryzPath, &reg); err != nil {
 		return fmt.Errorf("hub %s: %w", opts.Monitoring, err)
 	}
 	// Ownership is optional: a hub without federation has no federationz.
 	owners := map[string][]string{}
-	var fed federationz
-	haveOwners := getJSON(ctx, client, base+"/debug/federationz", &fed) == nil
+	var fed debugdoc.Federationz
+	haveOwners := getJSON(ctx, client, base+debugdoc.FederationzPath, &fed) == nil
 	for _, c := range fed.Clusters {
-		owners[c.ID] = c.Owners
+		owners[string(c.ID)] = c.Owners
 	}
 
 	// Spokes are optional too: a hub without the CA has no spokez.
 	spokes := map[string]string{}
-	var sz spokez
-	if getJSON(ctx, client, base+"/debug/spokez", &sz) == nil {
+	var sz debugdoc.Spokez
+	if getJSON(ctx, client, base+debugdoc.SpokezPath, &sz) == nil {
 		for _, sp := range sz {
 			health := "down"
 			if sp.Healthy {
@@ -109,18 +71,19 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 					health += " via " + strings.Join(sp.Hubs, ",")
 				}
 			}
-			spokes[sp.Cluster] = dash(sp.Version) + " (" + health + ")"
+			spokes[string(sp.Cluster)] = dash(sp.Version) + " (" + health + ")"
 		}
 	}
 
 	doc := remoteClustersDoc{Replica: reg.Replica, Clusters: []remoteCluster{}, SecretErrors: reg.SecretErrors}
 	for _, c := range reg.Clusters {
+		id := string(c.ID)
 		row := remoteCluster{
-			Cluster: c.ID, Secret: c.Secret, State: c.State,
-			Services: c.Services, Endpoints: c.Endpoints, Error: c.Error, Spoke: spokes[c.ID],
+			Cluster: id, Secret: c.Secret, State: string(c.State),
+			Services: c.Services, Endpoints: c.Endpoints, Error: c.Error, Spoke: spokes[id],
 		}
 		if haveOwners {
-			row.Owners = owners[c.ID]
+			row.Owners = owners[id]
 		}
 		doc.Clusters = append(doc.Clusters, row)
 	}

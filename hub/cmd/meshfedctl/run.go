@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/proxystatus/csds"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // errUnknownProxy is returned when PROXY names no connected proxy.
@@ -76,7 +77,7 @@ func proxyMatchers(proxy string) []*matcherv3.NodeMatcher {
 	}
 	return []*matcherv3.NodeMatcher{
 		{NodeId: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: proxy}}},
-		{NodeId: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Contains{Contains: "~" + proxy + "~"}}},
+		{NodeId: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Contains{Contains: xdsnode.NameField(proxy)}}},
 	}
 }
 

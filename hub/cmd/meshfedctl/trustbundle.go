@@ -8,19 +8,9 @@ import (
 	"net/http"
 	"strings"
 	"text/tabwriter"
-)
 
-// trustz is the part of a hub's /debug/trustz that meshfedctl reads.
-type trustz struct {
-	Roots []struct {
-		TrustDomain string `json:"trustDomain"`
-		Fingerprint string `json:"fingerprint"`
-		Source      string `json:"source"`
-		NotAfter    string `json:"notAfter"`
-		RetireAt    string `json:"retireAt,omitempty"`
-		PEM         string `json:"pem"`
-	} `json:"roots"`
-}
+	"github.com/meshfed/meshfed/pkg/debugdoc"
+)
 
 // trustBundle prints the federated trust bundle: a table, the JSON, or the
 // concatenated PEM (what workloads put in root-cert.pem).
@@ -29,9 +19,9 @@ func trustBundle(ctx context.Context, opts Options, stdout io.Writer) error {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	var doc trustz
+	var doc debugdoc.Trustz
 	client := &http.Client{Timeout: opts.Timeout}
-	if err := getJSON(ctx, client, strings.TrimSuffix(base, "/")+"/debug/trustz", &doc); err != nil {
+	if err := getJSON(ctx, client, strings.TrimSuffix(base, "/")+debugdoc.TrustzPath, &doc); err != nil {
 		return fmt.Errorf("hub %s: %w", opts.Monitoring, err)
 	}
 	switch opts.Output {

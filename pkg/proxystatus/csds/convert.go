@@ -13,11 +13,12 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/meshfed/meshfed/pkg/proxystatus"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // Node metadata keys of a ClientConfig (see the package doc).
 const (
-	MetadataClusterID  = "CLUSTER_ID"
+	MetadataClusterID  = xdsnode.MetadataClusterID
 	MetadataReplica    = "MESHFED_REPLICA"
 	MetadataConnected  = "MESHFED_CONNECTED"
 	MetadataLastChange = "MESHFED_LAST_CHANGE"
@@ -159,7 +160,7 @@ func Record(cc *statusv3.ClientConfig) (proxystatus.Record, error) {
 	md := node.GetMetadata().GetFields()
 	r := proxystatus.Record{
 		Proxy:   node.GetId(),
-		Name:    proxystatus.NameOf(node.GetId()),
+		Name:    xdsnode.NameOf(node.GetId()),
 		Cluster: md[MetadataClusterID].GetStringValue(),
 		Replica: md[MetadataReplica].GetStringValue(),
 		Version: node.GetUserAgentVersion(),

@@ -1,0 +1,120 @@
+package debugdoc
+
+import (
+	"time"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// ClusterState is the state of a remote cluster in Registryz.
+type ClusterState string
+
+// The states of a remote cluster, as the hub's remotes package names them.
+const (
+	// ClusterInvalid: its remote secret entry could not be used.
+	ClusterInvalid ClusterState = "invalid"
+	// ClusterSyncing: its informers are listing.
+	ClusterSyncing ClusterState = "syncing"
+	// ClusterSynced: its state is published and kept current.
+	ClusterSynced ClusterState = "synced"
+	// ClusterUnreachable: listing or watching its apiserver fails.
+	ClusterUnreachable ClusterState = "unreachable"
+	// ClusterTimeout: its apiserver answers but listing has not finished
+	// within the sync timeout.
+	ClusterTimeout ClusterState = "timeout"
+	// ClusterReplicated: another replica owns it; its state arrives from
+	// that replica.
+	ClusterReplicated ClusterState = "replicated"
+	// ClusterCredentialExpiring: served, but the token of its remote
+	// secret expires soon; rotate the secret.
+	ClusterCredentialExpiring ClusterState = "credential-expiring"
+)
+
+// ClusterStates lists every ClusterState.
+var ClusterStates = []ClusterState{
+	ClusterInvalid, ClusterSyncing, ClusterSynced, ClusterUnreachable,
+	ClusterTimeout, ClusterReplicated, ClusterCredentialExpiring,
+}
+
+// Registryz is the document of /debug/registryz: every remote cluster with
+// its state, the remote secrets rejected as a whole, and the merged
+// services.
+type Registryz struct {
+	// Replica is the answering hub's replica ID.
+	Replica string `json:"replica"`
+	// Clusters lists every cluster named by a remote secret, sorted by ID.
+	Clusters []RegistryzCluster `json:"clusters"`
+	// SecretErrors lists remote secrets that yield no cluster at all.
+	SecretErrors []SecretError `json:"secretErrors"`
+	// Services is the merged registry, one entry per hostname.
+	Services []RegistryzService `json:"services"`
+}
+
+// RegistryzCluster is one remote cluster in Registryz.
+type RegistryzCluster struct {
+	// ID is the cluster ID (the remote secret's data key).
+	ID model.ClusterID `json:"id"`
+	// Secret is the remote secret that names the cluster, "<ns>/<name>".
+	Secret string `json:"secret"`
+	// State is one of ClusterStates.
+	State ClusterState `json:"state"`
+	// Error explains an unreachable or invalid cluster.
+	Error string `json:"error"`
+	// Generation grows with each new version of the cluster's state that
+	// the replica holds.
+	Generation uint64 `json:"generation"`
+	// CredentialExpiry is when the remote secret's token expires, if known.
+	CredentialExpiry time.Time `json:"credentialExpiry,omitzero"`
+	// Services counts the services the cluster contributes.
+	Services int `json:"services"`
+	// Endpoints counts the endpoints the cluster contributes.
+	Endpoints int `json:"endpoints"`
+}
+
+// SecretError is a remote secret the hub could not use at all.
+type SecretError struct {
+	// Secret is "<ns>/<name>".
+	Secret string `json:"secret"`
+	// Error says what is wrong with it.
+	Error string `json:"error"`
+}
+
+// RegistryzService is one merged service, with the endpoints of every
+// cluster.
+type RegistryzService struct {
+	Hostname  model.Hostname      `json:"hostname"`
+	Ports     []model.ServicePort `json:"ports"`
+	Endpoints []model.Endpoint    `json:"endpoints"`
+}
+
+// Cluster returns the entry of cluster id.
+func (r *Registryz) Cluster(id model.ClusterID) (RegistryzCluster, bool) {
+	for _, c := range r.Clusters {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return RegistryzCluster{}, false
+}
+
+// Service returns the entry of the service with hostname h.
+func (r *Registryz) Service(h model.Hostname) (RegistryzService, bool) {
+	for _, s := range r.Services {
+		if s.Hostname == h {
+			return s, true
+		}
+	}
+	return RegistryzService{}, false
+}
+
+// ReadyEndpoints returns the service's ready endpoints in cluster, or in
+// every cluster when cluster is empty.
+func (s RegistryzService) ReadyEndpoints(cluster model.ClusterID) []model.Endpoint {
+	var out []model.Endpoint
+	for _, e := range s.Endpoints {
+		if e.Ready && (cluster == "" || e.Cluster == cluster) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
