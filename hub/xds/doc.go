@@ -11,8 +11,18 @@
 // streams it is sent on, and answers a non-wildcard watch only when one of
 // the watched resources changed.
 //
-// The pusher drains the store's changed hostnames and rebuilds only their
-// resources (pkg/xdsgen memoizes per hostname and group).
+// The pusher drains the store's changed hostnames; xdsgen.Planner, the
+// pure core, rebuilds only their resources (memoized per hostname and
+// group) and returns the plan of changes against what was written before:
+// per type and per group, what to upsert and what to delete, without
+// resources equal to those written. Server.push only writes the plan into
+// the LinearCaches, after the groupCache's lock is released.
+//
+// A group's state lives as long as one of its streams: every request
+// attaches its stream to the group of its node, and when the last stream of
+// a group closes, the group's LinearCache, its record in the planner and
+// its memoized assignments are freed (meshfed_xds_proxy_groups counts the
+// groups held). A group that comes back is built afresh from the registry.
 //
 // Inbound (server-side) listeners, which grpc-go's xDS-enabled servers ask
 // for by the name xdsgen.InboundListenerName(IP:port), depend only on that

@@ -4,7 +4,8 @@ import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
 	proxies      prometheus.Gauge
-	groups       prometheus.Counter
+	groups       prometheus.Gauge
+	groupsBuilt  prometheus.Counter
 	pushes       *prometheus.CounterVec
 	nacks        *prometheus.CounterVec
 	pushDuration prometheus.Histogram
@@ -16,9 +17,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meshfed_xds_connected_proxies",
 			Help: "xDS streams open on this hub replica.",
 		}),
-		groups: prometheus.NewCounter(prometheus.CounterOpts{
+		groups: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshfed_xds_proxy_groups",
+			Help: "Proxy groups (cluster and region) whose load assignments this replica holds: those with an open stream.",
+		}),
+		groupsBuilt: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshfed_xds_proxy_groups_total",
-			Help: "Proxy groups (cluster and region) for which load assignments were built.",
+			Help: "Proxy groups (cluster and region) for which load assignments were built; a group built again after its last proxy left counts again.",
 		}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_xds_pushes_total",
@@ -35,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxies, m.groups, m.pushes, m.nacks, m.pushDuration)
+		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.pushes, m.nacks, m.pushDuration)
 	}
 	return m
 }

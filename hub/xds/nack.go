@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Backoff bounds the delay before answering a proxy's repeated NACKs.
@@ -42,18 +44,20 @@ func (b Backoff) withDefaults() Backoff {
 // soon as the stream does.
 type nackBackoff struct {
 	policy Backoff
+	clk    clock.WithTicker // times the waits
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards streams and each nackStream's nacks
 	streams map[streamKey]*nackStream
 }
 
+// nackStream is one open stream's backoff state.
 type nackStream struct {
-	done  <-chan struct{} // the stream's context
+	done  <-chan struct{} // the stream's context; set once, read without mu
 	nacks map[string]int  // type URL → NACKs in a row
 }
 
-func newNACKBackoff(p Backoff) *nackBackoff {
-	return &nackBackoff{policy: p.withDefaults(), streams: map[streamKey]*nackStream{}}
+func newNACKBackoff(p Backoff, clk clock.WithTicker) *nackBackoff {
+	return &nackBackoff{policy: p.withDefaults(), clk: clk, streams: map[streamKey]*nackStream{}}
 }
 
 func (b *nackBackoff) opened(ctx context.Context, k streamKey) {
@@ -95,16 +99,18 @@ func (b *nackBackoff) delay(k streamKey, typeURL string, nack bool) (time.Durati
 	return min(d, b.policy.Max), s.done
 }
 
-// wait holds back a request as delay says; it reports the delay taken.
+// wait holds back a request as delay says, on the injected clock; it
+// reports the delay taken. It takes mu only inside delay, never while it
+// waits.
 func (b *nackBackoff) wait(k streamKey, typeURL string, nack bool) time.Duration {
 	d, done := b.delay(k, typeURL, nack)
 	if d == 0 {
 		return 0
 	}
-	t := time.NewTimer(d)
+	t := b.clk.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 	case <-done:
 	}
 	return d

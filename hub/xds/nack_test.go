@@ -1,14 +1,19 @@
 package xds
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/meshfed/meshfed/hub/store"
+	waitutil "github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
 
@@ -91,4 +96,77 @@ func TestNACKBackoff(t *testing.T) {
 		t.Fatalf("empty load assignment after the change")
 	}
 	t.Logf("change after the ACK delivered in %v", time.Since(start))
+}
+
+// TestNACKBackoffOnClock: the hold-back is timed by the injected clock, so
+// a test drives it: a NACK waits until the clock has moved by the delay,
+// the delay doubles per NACK in a row up to Max, an ACK resets it, and the
+// stream's end cuts a wait short.
+func TestNACKBackoffOnClock(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC))
+	b := newNACKBackoff(Backoff{Initial: time.Second, Max: 3 * time.Second}, clk)
+	k := streamKey{id: 1}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.opened(ctx, k)
+	eds := resourcev3.EndpointType
+
+	waiting := func() error {
+		if !clk.HasWaiters() {
+			return errors.New("no wait on the clock")
+		}
+		return nil
+	}
+	// nack starts a NACK's wait and returns the channel of its result once
+	// it waits on the clock.
+	nack := func() <-chan time.Duration {
+		t.Helper()
+		done := make(chan time.Duration, 1)
+		go func() { done <- b.wait(k, eds, true) }()
+		waitutil.Eventually(t, 10*time.Second, time.Millisecond, waiting)
+		return done
+	}
+	notDone := func(done <-chan time.Duration) func() error {
+		return func() error {
+			select {
+			case d := <-done:
+				return fmt.Errorf("wait ended after %v, before the clock moved enough", d)
+			default:
+				return nil
+			}
+		}
+	}
+	for _, want := range []time.Duration{time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second} {
+		done := nack()
+		clk.Step(want - time.Millisecond)
+		waitutil.Consistently(t, 50*time.Millisecond, 5*time.Millisecond, notDone(done))
+		clk.Step(time.Millisecond)
+		select {
+		case got := <-done:
+			if got != want {
+				t.Fatalf("held back %v, want %v", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a %v wait did not end when the clock reached it", want)
+		}
+	}
+
+	// An ACK ends the backoff at once; the next NACK starts over.
+	if d := b.wait(k, eds, false); d != 0 {
+		t.Fatalf("an ACK was held back %v", d)
+	}
+	done := nack()
+	// The stream's end cuts the wait short, with the clock standing still.
+	cancel()
+	select {
+	case got := <-done:
+		if got != time.Second {
+			t.Fatalf("after the ACK the NACK was held back %v, want the initial 1s", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream's end did not end the wait")
+	}
+	b.closed(k)
+	if d := b.wait(k, eds, true); d != 0 {
+		t.Errorf("a closed stream was held back %v", d)
+	}
 }

@@ -10,14 +10,11 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/protobuf/proto"
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/pkg/model"
@@ -43,8 +40,9 @@ type Options struct {
 	Metrics  prometheus.Registerer
 	// Replica names this hub replica in proxy status (the HUB column).
 	Replica string
-	// Clock times proxy status; nil means the real clock.
-	Clock clock.PassiveClock
+	// Clock times proxy status and push durations and drives every wait of
+	// the server (NACK backoff, shutdown grace); nil means the real clock.
+	Clock clock.WithTicker
 	// Security turns on mTLS in the generated resources: clusters carry an
 	// UpstreamTlsContext and inbound (server-side) listeners a
 	// DownstreamTlsContext that requires client certificates. Every proxy
@@ -68,9 +66,8 @@ func (o Options) genOptions() xdsgen.Options {
 // Server is the hub's xDS server.
 type Server struct {
 	opts    Options
+	clk     clock.WithTicker
 	cache   *groupCache
-	gen     *xdsgen.Cache                     // guarded by cache.mu
-	names   map[model.Hostname][]serviceNames // guarded by cache.mu
 	metrics *metrics
 	status  *StatusTracker
 	nacks   *nackBackoff
@@ -79,33 +76,22 @@ type Server struct {
 	addr    net.Addr
 }
 
-// serviceNames are the names of a hostname's resources of one port, so a
-// removed port or service can be deleted from the caches.
-type serviceNames struct {
-	listener, route, cluster string
-}
-
 // New returns a Server; Run serves it.
 func New(opts Options) *Server {
+	clk := opts.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
 	s := &Server{
 		opts:    opts,
-		gen:     xdsgen.NewCache(),
-		names:   map[model.Hostname][]serviceNames{},
+		clk:     clk,
 		metrics: newMetrics(opts.Metrics),
 		ready:   make(chan struct{}),
 	}
-	s.status = NewStatusTracker(opts.Replica, opts.Clock, opts.Metrics)
-	s.nacks = newNACKBackoff(opts.NACKBackoff)
+	s.status = NewStatusTracker(opts.Replica, clk, opts.Metrics)
+	s.nacks = newNACKBackoff(opts.NACKBackoff, clk)
 	s.csds = newCSDS(s.status)
-	s.cache = newGroupCache(s.buildGroup)
-	genOpts := opts.genOptions()
-	s.cache.inbound = func(name string) types.Resource {
-		addr, err := xdsgen.ParseInboundListenerName(name)
-		if err != nil {
-			return nil
-		}
-		return xdsgen.InboundListener(addr, genOpts)
-	}
+	s.cache = newGroupCache(opts.genOptions(), func() []*model.MergedService { return s.opts.Registry.Services() }, s.metrics)
 	return s
 }
 
@@ -151,7 +137,7 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { gs.GracefulStop(); close(stopped) }()
 		select {
 		case <-stopped:
-		case <-time.After(2 * time.Second):
+		case <-s.clk.After(2 * time.Second):
 			gs.Stop()
 		}
 		return nil
@@ -182,162 +168,21 @@ func (s *Server) pushAll() {
 	s.push(hs)
 }
 
-// push brings the caches in line with the registry for hostnames hs.
+// push brings the caches in line with the registry for hostnames hs: the
+// planner (xdsgen.Planner) computes what changed, and push writes it.
 func (s *Server) push(hs []model.Hostname) {
 	if len(hs) == 0 {
 		return
 	}
-	start := time.Now()
-	c := s.cache
-	c.mu.Lock()
-	defer c.mu.Unlock()
-
-	shared := map[string]*update{
-		resourcev3.ListenerType: newUpdate(),
-		resourcev3.RouteType:    newUpdate(),
-		resourcev3.ClusterType:  newUpdate(),
-	}
-	eds := map[xdsgen.ProxyGroup]*update{}
-	c.groupsLocked(func(g xdsgen.ProxyGroup, _ *trackedCache) { eds[g] = newUpdate() })
-
-	for _, h := range hs {
-		ms := s.opts.Registry.Service(h)
-		old := s.names[h]
-		if ms == nil {
-			for _, n := range old {
-				shared[resourcev3.ListenerType].del(n.listener)
-				shared[resourcev3.RouteType].del(n.route)
-				shared[resourcev3.ClusterType].del(n.cluster)
-				for _, u := range eds {
-					u.del(n.cluster)
-				}
-			}
-			delete(s.names, h)
-			s.gen.Forget(h)
+	start := s.clk.Now()
+	for _, w := range s.cache.plan(hs, s.opts.Registry.Service) {
+		if err := w.cache.UpdateResources(w.Upsert, w.Delete); err != nil {
+			s.opts.Log.Error(err, "updating xDS cache", "type", w.typeURL)
 			continue
 		}
-		res, rebuilt := s.gen.Service(ms.Service)
-		if rebuilt {
-			names := make([]serviceNames, 0, len(ms.Service.Ports))
-			for _, p := range ms.Service.Ports {
-				names = append(names, serviceNames{
-					listener: xdsgen.ListenerName(h, p.Port),
-					route:    xdsgen.RouteName(h, p.Port),
-					cluster:  xdsgen.ClusterName(h, p.Port),
-				})
-			}
-			for _, r := range res.Listeners {
-				shared[resourcev3.ListenerType].put(r.GetName(), r)
-			}
-			for _, r := range res.Routes {
-				shared[resourcev3.RouteType].put(r.GetName(), r)
-			}
-			for _, r := range res.Clusters {
-				shared[resourcev3.ClusterType].put(r.GetName(), r)
-			}
-			for _, n := range old {
-				if !containsNames(names, n) {
-					shared[resourcev3.ListenerType].del(n.listener)
-					shared[resourcev3.RouteType].del(n.route)
-					shared[resourcev3.ClusterType].del(n.cluster)
-					for _, u := range eds {
-						u.del(n.cluster)
-					}
-				}
-			}
-			s.names[h] = names
-		}
-		if s.opts.Security {
-			// Secure clusters also depend on the endpoints' service
-			// accounts; apply skips them when they did not change.
-			for _, r := range xdsgen.ServiceClusters(ms, s.opts.genOptions()) {
-				shared[resourcev3.ClusterType].put(r.GetName(), r)
-			}
-		}
-		for g, u := range eds {
-			clas, rebuilt := s.gen.LoadAssignments(ms, g)
-			if !rebuilt {
-				continue
-			}
-			for _, cla := range clas {
-				u.put(cla.GetClusterName(), cla)
-			}
-		}
+		s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
 	}
-
-	for t, u := range shared {
-		s.apply(t, c.shared[t], u)
-	}
-	c.groupsLocked(func(g xdsgen.ProxyGroup, tc *trackedCache) {
-		s.apply(resourcev3.EndpointType, tc, eds[g])
-	})
-	s.metrics.pushDuration.Observe(time.Since(start).Seconds())
-}
-
-func containsNames(all []serviceNames, n serviceNames) bool {
-	for _, m := range all {
-		if m == n {
-			return true
-		}
-	}
-	return false
-}
-
-// update collects the changes of one cache in a push.
-type update struct {
-	up map[string]types.Resource
-	rm []string
-}
-
-func newUpdate() *update { return &update{up: map[string]types.Resource{}} }
-
-func (u *update) put(name string, r types.Resource) { u.up[name] = r }
-
-func (u *update) del(name string) {
-	delete(u.up, name)
-	u.rm = append(u.rm, name)
-}
-
-// apply writes u into tc, skipping resources equal to what tc holds so that
-// no proxy is sent a no-op update. The cache's mu must be held.
-func (s *Server) apply(typeURL string, tc *trackedCache, u *update) {
-	if u == nil || (len(u.up) == 0 && len(u.rm) == 0) {
-		return
-	}
-	current := tc.current
-	for n, r := range u.up {
-		if cur, ok := current[n]; ok && proto.Equal(cur, r) {
-			delete(u.up, n)
-		}
-	}
-	rm := u.rm[:0]
-	for _, n := range u.rm {
-		if _, ok := current[n]; ok {
-			rm = append(rm, n)
-		}
-	}
-	if len(u.up) == 0 && len(rm) == 0 {
-		return
-	}
-	if err := tc.updateLocked(u.up, rm); err != nil {
-		s.opts.Log.Error(err, "updating xDS cache", "type", typeURL)
-		return
-	}
-	s.metrics.pushes.WithLabelValues(shortType(typeURL)).Inc()
-}
-
-// buildGroup computes every load assignment for a new proxy group. It runs
-// with the cache's mu held.
-func (s *Server) buildGroup(g xdsgen.ProxyGroup) map[string]types.Resource {
-	out := map[string]types.Resource{}
-	for _, ms := range s.opts.Registry.Services() {
-		clas, _ := s.gen.LoadAssignments(ms, g)
-		for _, cla := range clas {
-			out[cla.GetClusterName()] = cla
-		}
-	}
-	s.metrics.groups.Inc()
-	return out
+	s.metrics.pushDuration.Observe(s.clk.Since(start).Seconds())
 }
 
 // shortType is the metric label of a type URL: proxystatus's short name,
@@ -379,6 +224,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.metrics.proxies.Dec()
 			s.status.StreamClosed(false, id)
 			s.nacks.closed(streamKey{false, id})
+			s.cache.detach(streamKey{false, id})
 		},
 		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
 			s.metrics.proxies.Inc()
@@ -390,6 +236,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.metrics.proxies.Dec()
 			s.status.StreamClosed(true, id)
 			s.nacks.closed(streamKey{true, id})
+			s.cache.detach(streamKey{true, id})
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			s.status.OnResponse(id, resp)
@@ -398,11 +245,15 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.status.OnDeltaResponse(id, resp)
 		},
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
+			// The stream server calls this before it creates the
+			// request's watch (the group's cache).
+			s.cache.attach(streamKey{false, id}, req.GetNode())
 			s.status.OnRequest(id, req)
 			s.onRequest(streamKey{false, id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 			return nil
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+			s.cache.attach(streamKey{true, id}, req.GetNode())
 			s.status.OnDeltaRequest(id, req)
 			s.onRequest(streamKey{true, id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 			return nil

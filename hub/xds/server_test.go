@@ -75,6 +75,7 @@ type adsClient struct {
 	t      *testing.T
 	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	node   *corev3.Node
+	cancel context.CancelFunc // ends the stream
 }
 
 func newADS(t *testing.T, addr string, cluster model.ClusterID, region string) *adsClient {
@@ -97,8 +98,11 @@ func newADS(t *testing.T, addr string, cluster model.ClusterID, region string) *
 			MetadataClusterID: structpb.NewStringValue(string(cluster)),
 		}},
 	}
-	return &adsClient{t: t, stream: stream, node: node}
+	return &adsClient{t: t, stream: stream, node: node, cancel: cancel}
 }
+
+// disconnect ends the client's stream, as a proxy that goes away.
+func (a *adsClient) disconnect() { a.cancel() }
 
 func (a *adsClient) request(typeURL, version, nonce string, names ...string) {
 	a.t.Helper()
@@ -175,7 +179,8 @@ func TestEndpointChangeTouchesOnlyEDS(t *testing.T) {
 	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.1.0.1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.ReplaceCluster("c2", st.NextGeneration("c2"), shard("c2", "r2", "10.2.0.1")); err != nil {
+	gen := st.NextGeneration("c2")
+	if err := st.ReplaceCluster("c2", gen, shard("c2", "r2", "10.2.0.1")); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
@@ -201,7 +206,6 @@ func TestEndpointChangeTouchesOnlyEDS(t *testing.T) {
 	pushes := func(typ string) float64 { return pushCount(t, reg, typ) }
 	ldsBefore, cdsBefore := pushes("lds"), pushes("cds")
 
-	gen := st.Clusters()[1].Generation
 	if err := st.UpdateShard("c2", gen, echo, shard("c2", "r2", "10.2.0.1", "10.2.0.2")[echo]); err != nil {
 		t.Fatal(err)
 	}

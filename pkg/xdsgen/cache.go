@@ -116,3 +116,15 @@ func (c *Cache) ForgetGroup(g ProxyGroup) {
 		}
 	}
 }
+
+// groups returns how many distinct proxy groups have load assignments
+// memoized, for any hostname.
+func (c *Cache) groups() int {
+	seen := map[ProxyGroup]struct{}{}
+	for _, byGroup := range c.endpoints {
+		for g := range byGroup {
+			seen[g] = struct{}{}
+		}
+	}
+	return len(seen)
+}

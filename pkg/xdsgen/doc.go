@@ -46,6 +46,19 @@
 // address:port is emitted at most once (grpc-go rejects the whole assignment
 // otherwise); when two clusters claim the same address, the closer one wins.
 //
+// # Plans
+//
+// Planner is what the hub's pusher drives: given the hostnames that changed
+// and their new views, Plan returns a Plan, per shared type URL (LDS, RDS,
+// CDS) and per proxy group (EDS), of the resources to upsert and the names
+// to delete, diffed against what earlier plans wrote (proto.Equal
+// resources are left out, and only written names are deleted). It keeps
+// the names of each hostname's resources, so a removed port or service is
+// deleted from every cache. AddGroup starts a group's cache with every
+// service's assignments; ForgetGroup frees the group when its last proxy
+// leaves (and Cache.ForgetGroup its memoized assignments). Inbound records
+// the server-side listeners the hub builds on demand.
+//
 // The name functions (ClusterName, ListenerName, RouteName) and their parsers
 // (ParseClusterName, ParseListenerName) let the hub map a resource name that a
 // client subscribes to back to a hostname and port.

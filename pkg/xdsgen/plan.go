@@ -1,0 +1,306 @@
+package xdsgen
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// SharedTypes are the type URLs whose resources are the same for every
+// proxy (one cache each): listeners, route configurations and clusters.
+// Load assignments (resourcev3.EndpointType) are per ProxyGroup.
+var SharedTypes = []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType}
+
+// ServiceUpdate is a hostname whose merged view changed, with its view now.
+// A nil Service (or one without a Service) means the hostname left the
+// registry.
+type ServiceUpdate struct {
+	Hostname model.Hostname
+	Service  *model.MergedService
+}
+
+// Changes are the writes into one cache: the resources to put, by name, and
+// the names to delete (sorted). A name is never in both.
+type Changes struct {
+	Upsert map[string]types.Resource
+	Delete []string
+}
+
+// Empty reports whether c writes nothing.
+func (c Changes) Empty() bool { return len(c.Upsert) == 0 && len(c.Delete) == 0 }
+
+// Plan is what one push must write: the changes of each shared cache, by
+// type URL (SharedTypes), and of each proxy group's load-assignment cache.
+// It holds real changes only: no resource proto.Equal to the one written
+// before, no delete of a name that is not written, and no entry for a
+// cache that does not change.
+type Plan struct {
+	Shared map[string]Changes
+	Groups map[ProxyGroup]Changes
+}
+
+// Empty reports whether p writes nothing.
+func (p Plan) Empty() bool { return len(p.Shared) == 0 && len(p.Groups) == 0 }
+
+// Planner turns registry changes into Plans. It remembers what it has
+// planned, which the caller promises to write: per shared type and per proxy
+// group, the resources by name, so that the next Plan is a diff against
+// them; and per hostname the names of its resources, so that a removed port
+// or service is deleted. Generation is memoized in a Cache.
+//
+// A Planner is pure (no I/O, clock or goroutines) and not safe for
+// concurrent use; the zero value is not usable, call NewPlanner.
+type Planner struct {
+	opts  Options
+	gen   *Cache
+	names map[model.Hostname][]portNames
+
+	// written holds what the plans so far put into each cache: shared by
+	// type URL, groups by proxy group (only groups added and not forgotten).
+	shared map[string]map[string]types.Resource
+	groups map[ProxyGroup]map[string]types.Resource
+}
+
+// portNames are the names of a hostname's resources of one port.
+type portNames struct {
+	listener, route, cluster string
+}
+
+// NewPlanner returns a Planner that has written nothing and tracks no group.
+func NewPlanner(opts Options) *Planner {
+	p := &Planner{
+		opts:   opts,
+		gen:    NewCache(),
+		names:  map[model.Hostname][]portNames{},
+		shared: map[string]map[string]types.Resource{},
+		groups: map[ProxyGroup]map[string]types.Resource{},
+	}
+	for _, t := range SharedTypes {
+		p.shared[t] = map[string]types.Resource{}
+	}
+	return p
+}
+
+// pending collects one cache's writes while a plan is built, before they
+// are diffed against what was written: by name, the resource to put, or
+// nil to delete. The last write of a name wins, so a hostname that leaves
+// and comes back within one plan keeps its resources.
+type pending map[string]types.Resource
+
+func (u pending) put(name string, r types.Resource) { u[name] = r }
+
+func (u pending) del(name string) { u[name] = nil }
+
+// Plan returns what to write so that the caches hold the resources of
+// updates (and still those of every other hostname planned before), and
+// records it as written. Listeners, routes and clusters are rebuilt only
+// for a changed model.Service, and with Options.Security clusters also for
+// changed service accounts; a group's load assignments only for a new
+// MergedService (see Cache). A hostname that left the registry, or a port
+// that left a service, has its resources deleted from every cache,
+// including every group's.
+func (p *Planner) Plan(updates []ServiceUpdate) Plan {
+	b := draft{shared: map[string]pending{}, eds: make(map[ProxyGroup]pending, len(p.groups))}
+	for _, t := range SharedTypes {
+		b.shared[t] = pending{}
+	}
+	for g := range p.groups {
+		b.eds[g] = pending{}
+	}
+	for _, up := range updates {
+		p.planService(b, up.Hostname, up.Service)
+	}
+
+	var plan Plan
+	for t, u := range b.shared {
+		if c := commit(p.shared[t], u); !c.Empty() {
+			if plan.Shared == nil {
+				plan.Shared = map[string]Changes{}
+			}
+			plan.Shared[t] = c
+		}
+	}
+	for g, u := range b.eds {
+		if c := commit(p.groups[g], u); !c.Empty() {
+			if plan.Groups == nil {
+				plan.Groups = map[ProxyGroup]Changes{}
+			}
+			plan.Groups[g] = c
+		}
+	}
+	return plan
+}
+
+// draft is a plan being built: the pending writes of each shared cache, by
+// type URL, and of each tracked group's.
+type draft struct {
+	shared map[string]pending
+	eds    map[ProxyGroup]pending
+}
+
+// withdraw deletes the resources of one port from every cache.
+func (b draft) withdraw(n portNames) {
+	b.shared[resourcev3.ListenerType].del(n.listener)
+	b.shared[resourcev3.RouteType].del(n.route)
+	b.shared[resourcev3.ClusterType].del(n.cluster)
+	for _, u := range b.eds {
+		u.del(n.cluster)
+	}
+}
+
+// planService adds to b the writes for hostname h, whose view is now ms
+// (nil when it left), and updates the names and memos kept for h.
+func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService) {
+	old := p.names[h]
+	if ms == nil || ms.Service == nil {
+		for _, n := range old {
+			b.withdraw(n)
+		}
+		delete(p.names, h)
+		p.gen.Forget(h)
+		return
+	}
+	if res, rebuilt := p.gen.Service(ms.Service); rebuilt {
+		names := make([]portNames, 0, len(ms.Service.Ports))
+		for _, port := range ms.Service.Ports {
+			names = append(names, portNames{
+				listener: ListenerName(h, port.Port),
+				route:    RouteName(h, port.Port),
+				cluster:  ClusterName(h, port.Port),
+			})
+		}
+		for _, r := range res.Listeners {
+			b.shared[resourcev3.ListenerType].put(r.GetName(), r)
+		}
+		for _, r := range res.Routes {
+			b.shared[resourcev3.RouteType].put(r.GetName(), r)
+		}
+		for _, r := range res.Clusters {
+			b.shared[resourcev3.ClusterType].put(r.GetName(), r)
+		}
+		for _, n := range old {
+			if !slices.Contains(names, n) {
+				b.withdraw(n)
+			}
+		}
+		p.names[h] = names
+	}
+	if p.opts.Security {
+		// Secure clusters also depend on the endpoints' service accounts;
+		// the diff drops them when they did not change.
+		for _, r := range ServiceClusters(ms, p.opts) {
+			b.shared[resourcev3.ClusterType].put(r.GetName(), r)
+		}
+	}
+	for g, u := range b.eds {
+		if clas, rebuilt := p.gen.LoadAssignments(ms, g); rebuilt {
+			for _, cla := range clas {
+				u.put(cla.GetClusterName(), cla)
+			}
+		}
+	}
+}
+
+// commit diffs u against written, the resources a cache holds, records the
+// result in written and returns it.
+func commit(written map[string]types.Resource, u pending) Changes {
+	var c Changes
+	for n, r := range u {
+		cur, ok := written[n]
+		switch {
+		case r == nil && ok:
+			c.Delete = append(c.Delete, n)
+			delete(written, n)
+		case r == nil, ok && proto.Equal(cur, r):
+		default:
+			if c.Upsert == nil {
+				c.Upsert = map[string]types.Resource{}
+			}
+			c.Upsert[n] = r
+			written[n] = r
+		}
+	}
+	slices.Sort(c.Delete)
+	return c
+}
+
+// AddGroup starts tracking proxy group g: it returns the load assignments
+// of services for g, the initial content of g's cache, and records them as
+// written; from then on every Plan covers g. services must be the
+// registry's current views (the same ones later Plans are given). If g is
+// tracked already, AddGroup returns what was written for it. The map
+// returned is the Planner's record: the caller must not modify it
+// (cachev3.WithInitialResources copies it).
+func (p *Planner) AddGroup(g ProxyGroup, services []*model.MergedService) map[string]types.Resource {
+	if w, ok := p.groups[g]; ok {
+		return w
+	}
+	w := map[string]types.Resource{}
+	for _, ms := range services {
+		clas, _ := p.gen.LoadAssignments(ms, g)
+		for _, cla := range clas {
+			w[cla.GetClusterName()] = cla
+		}
+	}
+	p.groups[g] = w
+	return w
+}
+
+// ForgetGroup stops tracking g and drops everything held for it (what was
+// written and the memoized load assignments); call it when the last proxy
+// of g leaves. A later AddGroup(g) builds g afresh.
+func (p *Planner) ForgetGroup(g ProxyGroup) {
+	delete(p.groups, g)
+	p.gen.ForgetGroup(g)
+}
+
+// Groups returns the tracked proxy groups, sorted by cluster then region.
+func (p *Planner) Groups() []ProxyGroup {
+	out := make([]ProxyGroup, 0, len(p.groups))
+	for g := range p.groups {
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b ProxyGroup) int {
+		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Region, b.Region))
+	})
+	return out
+}
+
+// MemoizedGroups returns how many proxy groups the generation cache holds
+// load assignments for; it falls to zero once every group is forgotten.
+func (p *Planner) MemoizedGroups() int { return p.gen.groups() }
+
+// Inbound returns the inbound (server-side) listeners among names that are
+// not written yet, built by InboundListener, and records them as written
+// into the listener cache. Other names, and inbound names that do not parse,
+// are skipped. Inbound listeners depend only on their name, so once written
+// they stay; Plan never deletes them.
+func (p *Planner) Inbound(names []string) map[string]types.Resource {
+	var out map[string]types.Resource
+	written := p.shared[resourcev3.ListenerType]
+	for _, n := range names {
+		if !strings.HasPrefix(n, InboundListenerPrefix) {
+			continue
+		}
+		if _, ok := written[n]; ok {
+			continue
+		}
+		addr, err := ParseInboundListenerName(n)
+		if err != nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]types.Resource{}
+		}
+		r := InboundListener(addr, p.opts)
+		out[n] = r
+		written[n] = r
+	}
+	return out
+}
