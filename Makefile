@@ -11,8 +11,21 @@ E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MES
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
+# The binaries `make build` puts into bin/: one per main package under the
+# cmd directories, named as `go build -o bin/` names them.
+CMD_BINS   = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./hub/cmd/... ./spoke/cmd/... | xargs -r -n1 basename)
+# staticcheck is pinned and installed from the module proxy, outside go.mod,
+# once per version and Go toolchain (a build of one toolchain may not read
+# the code of a newer one).
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK         := $(BIN)/tools/staticcheck-$(STATICCHECK_VERSION)-$(shell $(GO) env GOVERSION)/staticcheck
 
-.PHONY: build test test-unit e2e bench demo k8s-assets lint fmt tidy-check fuzz charts clean
+# Generated code: the .proto files and the Go files protoc-gen-go makes of
+# them, with e2e/protogen (pure Go, pinned in its own go.mod: no protoc).
+PROTOS    := federation/peerpb/peer.proto
+PROTOGEN  := $(BIN)/tools/protogen
+
+.PHONY: build test test-unit e2e bench demo k8s-assets lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
 
 build: ## build the binaries into bin/
 	@echo "==> build"
@@ -42,9 +55,11 @@ demo: k8s-assets build ## a local fleet end to end: 4 remote clusters, two hubs,
 	@echo "==> demo (Ctrl-C stops it and cleans up)"
 	$(E2E_ENV) $(GO) run ./e2e/cmd/meshfed-demo
 
-lint: fmt tidy-check ## gofmt, go vet, go mod tidy, import rules
+lint: fmt tidy-check generate-check $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy, generated code current, import rules
 	@echo "==> go vet"
 	$(GO) vet ./...
+	@echo "==> staticcheck $(STATICCHECK_VERSION)"
+	$(STATICCHECK) ./...
 	@echo "==> import rules"
 	$(GO) test -count=1 -run TestImportRules ./e2e/
 
@@ -52,10 +67,25 @@ fmt:
 	@echo "==> gofmt"
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-tidy-check:
-	@echo "==> go mod tidy"
-	@$(GO) mod tidy
-	@if ! git diff --quiet -- go.mod go.sum; then git diff -- go.mod go.sum; echo "go.mod/go.sum are not tidy"; exit 1; fi
+tidy-check: ## go.mod and go.sum are tidy (checked, never rewritten)
+	@echo "==> go mod tidy -diff"
+	@if ! $(GO) mod tidy -diff; then echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi
+
+staticcheck: $(STATICCHECK) ## staticcheck alone
+	@echo "==> staticcheck $(STATICCHECK_VERSION)"
+	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	@echo "==> installing staticcheck $(STATICCHECK_VERSION) from the module proxy into $(@D) (once; later runs reuse it)"
+	GOBIN=$(@D) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+generate: ## regenerate the Go code of the .proto files
+	@echo "==> generate ($(PROTOS))"
+	cd e2e/protogen && $(GO) build -o $(PROTOGEN) .
+	$(PROTOGEN) -root . $(PROTOS)
+
+generate-check: generate ## the committed generated code is what `make generate` writes
+	@if ! git diff --quiet -- $(PROTOS:.proto=.pb.go); then git diff --stat -- $(PROTOS:.proto=.pb.go); echo "generated code is stale: run make generate and commit"; exit 1; fi
 
 charts: ## render and lint the Helm charts (no apiserver needed)
 	$(GO) test -count=1 -run 'TestChartsLint|TestSpokeChart|TestHubChart|TestChartSchema' ./e2e/
@@ -68,5 +98,5 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	  done; \
 	done
 
-clean:
-	rm -rf $(BIN)/meshfed-hub $(BIN)/meshfedctl $(BIN)/meshfed-spoke
+clean: ## remove the binaries of `make build` (bin/k8s and bin/tools stay: caches)
+	rm -f $(addprefix $(BIN)/,$(CMD_BINS))

@@ -96,7 +96,7 @@ func newCA(ctx context.Context, opts Options, c client.WithWatch, clusters ca.Cl
 // federation) trusts them: all of them when only is nil, else those whose
 // fingerprints only lists.
 func (w *workloadCA) publishRoots(keys *ca.Keys, only []string) error {
-	roots, err := federation.ParseRootPEM(keys.RootsPEM(), w.opts.TrustDomain, federation.ReplicaID(w.opts.ReplicaID), w.opts.Clock.Now())
+	roots, err := federation.ParseRootPEM(keys.RootsPEM(), w.opts.TrustDomain.String(), federation.ReplicaID(w.opts.ReplicaID), w.opts.Clock.Now())
 	if err != nil {
 		return fmt.Errorf("hub: CA roots: %w", err)
 	}
@@ -109,8 +109,9 @@ func (w *workloadCA) publishRoots(keys *ca.Keys, only []string) error {
 }
 
 // rotated brings the trust bundle in line with rotated CA keys: new roots
-// join at once, dropped ones retire when their last leaves expire.
-func (w *workloadCA) rotated(rot ca.Rotation) {
+// join at once, dropped ones retire when their last leaves expire. ctx is
+// the key store's (KeyStore.Run's): the config-cluster write ends with it.
+func (w *workloadCA) rotated(ctx context.Context, rot ca.Rotation) {
 	if len(rot.Added) > 0 {
 		if err := w.publishRoots(rot.New, rot.Added); err != nil {
 			w.log.Error(err, "new CA roots not added to the trust bundle")
@@ -124,7 +125,7 @@ func (w *workloadCA) rotated(rot ca.Rotation) {
 		keep = append(keep, ca.RetiringRoot{Fingerprint: r.Fingerprint, PEM: r.PEM, RetireAt: r.At})
 	}
 	if len(keep) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if err := w.retiring.Save(ctx, keep, w.opts.Clock.Now()); err != nil {
 			// The replicas still hold the retirement; only a restart of
@@ -148,7 +149,7 @@ func (w *workloadCA) restoreRetiring(ctx context.Context) {
 		if slices.Contains(configured, r.Fingerprint) {
 			continue
 		}
-		parsed, err := federation.ParseRootPEM(r.PEM, w.opts.TrustDomain, federation.ReplicaID(w.opts.ReplicaID), now)
+		parsed, err := federation.ParseRootPEM(r.PEM, w.opts.TrustDomain.String(), federation.ReplicaID(w.opts.ReplicaID), now)
 		if err != nil || len(parsed) != 1 || parsed[0].Fingerprint != r.Fingerprint {
 			w.log.Error(err, "a retiring root recorded in the config cluster is not the certificate it names", "root", r.Fingerprint)
 			continue

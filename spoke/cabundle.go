@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 )
 
 // WebhookConfigs names the spoke's own webhook configurations, whose
@@ -30,13 +31,14 @@ type caBundleKeeper struct {
 	names    WebhookConfigs
 	ca       func() ([]byte, error)
 	interval time.Duration
+	clock    clock.WithTicker
 	log      logr.Logger
 	patches  *prometheus.CounterVec
 }
 
-func newCABundleKeeper(c kubernetes.Interface, names WebhookConfigs, ca func() ([]byte, error), interval time.Duration, log logr.Logger, reg prometheus.Registerer) *caBundleKeeper {
+func newCABundleKeeper(c kubernetes.Interface, names WebhookConfigs, ca func() ([]byte, error), interval time.Duration, clk clock.WithTicker, log logr.Logger, reg prometheus.Registerer) *caBundleKeeper {
 	k := &caBundleKeeper{
-		client: c, names: names, ca: ca, interval: interval, log: log,
+		client: c, names: names, ca: ca, interval: interval, clock: clk, log: log,
 		patches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_spoke_cabundle_patches_total",
 			Help: "Patches of the spoke's webhook configurations' caBundle, by result.",
@@ -49,7 +51,7 @@ func newCABundleKeeper(c kubernetes.Interface, names WebhookConfigs, ca func() (
 // Run keeps the caBundles current until ctx ends. Errors are logged,
 // counted and retried at the next interval: the webhooks keep serving.
 func (k *caBundleKeeper) Run(ctx context.Context) error {
-	t := time.NewTicker(k.interval)
+	t := k.clock.NewTicker(k.interval)
 	defer t.Stop()
 	for {
 		if err := k.syncOnce(ctx); err != nil && ctx.Err() == nil {
@@ -59,7 +61,7 @@ func (k *caBundleKeeper) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

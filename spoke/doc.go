@@ -1,7 +1,8 @@
 // Package spoke is what meshfed runs inside each workload cluster: the
-// sidecar-injection and configuration-validation webhooks, and (in a later
-// slice) the config-cluster shim that brings the hub's trust bundle into
-// the cluster. The hub itself runs outside; the spoke is small on purpose.
+// sidecar-injection and configuration-validation webhooks, the keeper of
+// their caBundle, and the config-cluster shim (package shim) that brings
+// the hub's trust bundle into the cluster. The hub itself runs outside;
+// the spoke is small on purpose.
 //
 // # Walk-through
 //
@@ -19,6 +20,14 @@
 //
 // Package webhook turns HTTP into AdmissionReviews and back for both.
 //
+// Beside the server, Run keeps the caBundle of the spoke's own webhook
+// configurations (Options.WebhookConfigs) equal to the CA of its serving
+// certificate, at start and every CABundleInterval, and, when
+// Options.Shim.HubAddr is set, runs the shim: it streams the federated
+// trust bundle from the hub's CA address and writes istio-ca-root-cert
+// (key root-cert.pem) into every selected namespace, and the hub lists
+// the cluster's spoke as connected while the stream is open.
+//
 // The spoke chart (remote-charts/spoke) installs the process with the
 // webhook configurations that select what reaches it (namespaces labelled
 // istio-injection=enabled, Pods labelled sidecar.istio.io/inject=true, and
@@ -33,14 +42,12 @@
 // kept in memory, and the last good configuration stays in force when the
 // ConfigMap breaks or disappears. So Pods keep being injected and
 // configuration validated while the hub is down or unreachable; the
-// injected proxies find the hub by themselves afterwards.
+// injected proxies find the hub by themselves afterwards. The shim is one
+// more member of Run's errgroup, off the admission path: while the hub is
+// away it reconnects with backoff and keeps the last bundle in every
+// namespace, deleting nothing.
 //
-// # Seam for the shim
-//
-// The trust-bundle shim will stream the bundle from the hub, write
-// istio-ca-root-cert (key root-cert.pem) into each namespace, keep the
-// webhook configurations' caBundle current and send a heartbeat. It will be
-// one more member of Run's errgroup, with its own options (hub address,
-// cluster ID), and its RBAC is already in the chart (create and update of
-// ConfigMaps, patch of the spoke's own webhook configurations).
+// The process meshfed-agent (cmd/meshfed-agent, package podagent) is not
+// part of Run: it runs beside a proxyless gRPC workload, keeping its
+// certificates (pkg/agent) and its xDS bootstrap.
 package spoke

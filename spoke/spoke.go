@@ -83,8 +83,10 @@ type Options struct {
 	// Metrics receives the spoke's metrics and is served on /metrics. Nil
 	// means a new registry with the Go and process collectors.
 	Metrics *prometheus.Registry
-	// Clock dates the development certificate.
-	Clock clock.PassiveClock
+	// Clock dates the development certificate and times the caBundle
+	// checks; the shim's backoff too, unless Shim.Clock is set. Default the
+	// real clock.
+	Clock clock.WithTicker
 	// WebhookConfigs are the spoke's own webhook configurations; their
 	// caBundle is kept equal to the serving certificate's CA: the
 	// development CA, or CABundleFile. Empty names are skipped.
@@ -96,7 +98,7 @@ type Options struct {
 	CABundleInterval time.Duration
 	// Shim brings the hub's trust bundle into istio-ca-root-cert of each
 	// namespace; it runs when Shim.HubAddr is set. Client, Log and Metrics
-	// are filled in by Run.
+	// are filled in by Run, and Clock when it is nil.
 	Shim shim.Options
 }
 
@@ -121,12 +123,12 @@ const shutdownTimeout = 10 * time.Second
 // Run serves the spoke until ctx ends.
 //
 // Parts, each an errgroup member: the injection ConfigMap watcher, the
-// namespace cache, and the HTTPS server. None of them talks to the hub: the
-// admission path answers from memory. The config-cluster shim of a later
-// issue (trust bundle from the hub → istio-ca-root-cert in each namespace,
-// webhook caBundle, heartbeat) joins here as one more member, with its own
-// options; it must stay off the admission path, so that Pods keep being
-// injected and configuration validated while the hub is unreachable.
+// namespace cache, the HTTPS server, the caBundle keeper (when the
+// serving certificate's CA is known and WebhookConfigs names a
+// configuration) and the config-cluster shim (when Shim.HubAddr is set).
+// Only the shim talks to the hub, and it stays off the admission path,
+// which answers from memory: Pods keep being injected and configuration
+// validated while the hub is unreachable.
 func Run(ctx context.Context, opts Options) error {
 	if err := opts.validate(); err != nil {
 		return err
@@ -195,12 +197,15 @@ func Run(ctx context.Context, opts Options) error {
 		if interval <= 0 {
 			interval = time.Minute
 		}
-		keeper := newCABundleKeeper(client, opts.WebhookConfigs, caFunc, interval, log.WithName("cabundle"), reg)
+		keeper := newCABundleKeeper(client, opts.WebhookConfigs, caFunc, interval, opts.Clock, log.WithName("cabundle"), reg)
 		g.Go(func() error { return keeper.Run(gctx) })
 	}
 	if opts.Shim.HubAddr != "" {
 		so := opts.Shim
 		so.Client, so.Log, so.Metrics = client, log.WithName("shim"), reg
+		if so.Clock == nil {
+			so.Clock = opts.Clock
+		}
 		g.Go(func() error { return shim.Run(gctx, so) })
 	}
 	g.Go(func() error {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 func freeAddr(t *testing.T) string {
@@ -34,21 +35,7 @@ func freeAddr(t *testing.T) string {
 // with cond's last error after timeout.
 func eventually(t *testing.T, timeout time.Duration, cond func() error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("condition not met after %s: %v", timeout, err)
-		case <-tick.C:
-		}
-	}
+	testutil.Eventually(t, timeout, 20*time.Millisecond, cond)
 }
 
 // TestRunDevCert runs the spoke with a development certificate against an

@@ -49,6 +49,8 @@
 //     remote apiserver cannot be asked.
 //
 // The package reads no environment and no globals; clocks are injected
-// (k8s.io/utils/clock) so certificate lifetimes and cache expiry are
-// testable without waiting.
+// (k8s.io/utils/clock), for the dates and for the waits alike (the
+// KeyStore's resync, the end of a staged rotation, its watch's retry
+// backoff), so certificate lifetimes, cache expiry and rotation timing are
+// testable without waiting. Trust domains are pki.TrustDomain values.
 package ca

@@ -1,16 +1,16 @@
 package ca
 
 import (
-	"fmt"
 	"net/url"
 	"strings"
 
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
 )
 
 // DefaultTrustDomain is the SPIFFE trust domain of workload identities
 // unless configured otherwise: Istio's default.
-const DefaultTrustDomain = "cluster.local"
+const DefaultTrustDomain = pki.DefaultTrustDomain
 
 // saUserPrefix starts the user name Kubernetes gives a service account's
 // token: system:serviceaccount:<namespace>:<name>.
@@ -32,8 +32,8 @@ func (id Identity) String() string {
 // SPIFFEID returns the identity's SPIFFE ID in trustDomain,
 // spiffe://<trust-domain>/ns/<ns>/sa/<sa>. The cluster is not part of it:
 // the same service account in two clusters is one identity, as in Istio.
-func (id Identity) SPIFFEID(trustDomain string) *url.URL {
-	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: "/ns/" + id.Namespace + "/sa/" + id.ServiceAccount}
+func (id Identity) SPIFFEID(trustDomain pki.TrustDomain) *url.URL {
+	return trustDomain.WorkloadID(id.Namespace, id.ServiceAccount)
 }
 
 // identityFromUser parses a service account's user name.
@@ -61,18 +61,4 @@ func validName(s string) bool {
 		}
 	}
 	return true
-}
-
-// checkTrustDomain applies the SPIFFE rule: lower-case letters, digits,
-// '.', '-' and '_'.
-func checkTrustDomain(td string) error {
-	if td == "" || len(td) > 255 {
-		return fmt.Errorf("trust domain %q: empty or too long", td)
-	}
-	for _, r := range td {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
-			return fmt.Errorf("trust domain %q: character %q not allowed", td, r)
-		}
-	}
-	return nil
 }

@@ -72,7 +72,7 @@ var (
 type KeyOptions struct {
 	// TrustDomain is written into the root's common name, so an operator
 	// can tell roots of different meshes apart. Default cluster.local.
-	TrustDomain string
+	TrustDomain pki.TrustDomain
 	// RootValidity is the lifetime of a self-signed root. Default ten
 	// years, Istio's default (CITADEL_SELF_SIGNED_CA_CERT_TTL): a root is
 	// rotated deliberately, not by expiry.
@@ -306,7 +306,7 @@ func LoadOrCreateKeys(ctx context.Context, c client.Client, ns string, now time.
 		if !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: reading %s: %w", ErrKeysUnavailable, key, err)
 		}
-		root, err := pki.NewCA("meshfed root CA "+opts.TrustDomain, opts.RootValidity, now)
+		root, err := pki.NewCA("meshfed root CA "+opts.TrustDomain.String(), opts.RootValidity, now)
 		if err != nil {
 			return nil, fmt.Errorf("%w: new root: %w", ErrKeysUnavailable, err)
 		}

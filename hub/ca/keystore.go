@@ -54,12 +54,16 @@ type KeyStoreOptions struct {
 	// Resync re-reads the Secrets this often even without a watch event.
 	// Default one minute.
 	Resync time.Duration
-	// OnRotate is called by Run after the keys changed, one call at a
-	// time, in order. It may be nil.
-	OnRotate func(Rotation)
-	// Clock dates the keys' validation and the retirements. Default the
-	// real clock.
-	Clock clock.PassiveClock
+	// OnRotate is called by Reload (so by Run) after the keys changed, one
+	// call at a time, in order, with Reload's context: it ends when Run's
+	// does, and it should bound any API call it makes with a timeout
+	// derived from it, since Run reloads nothing while it is called. It
+	// may be nil.
+	OnRotate func(context.Context, Rotation)
+	// Clock dates the keys' validation and the retirements, and times
+	// Run's resync, the end of a staged rotation and the watch's retry
+	// backoff. Default the real clock.
+	Clock clock.WithTicker
 	// Metrics registers meshfed_ca_key_reloads_total; nil skips it.
 	Metrics prometheus.Registerer
 	Log     logr.Logger
@@ -239,26 +243,37 @@ func (s *KeyStore) Run(ctx context.Context) error {
 	for _, name := range []string{PluginSecret, SelfSignedSecret} {
 		wg.Go(func() { s.watch(ctx, name, poke) })
 	}
-	resync := time.NewTicker(s.opts.Resync)
+	resync := s.opts.Clock.NewTicker(s.opts.Resync)
 	defer resync.Stop()
-	staged := time.NewTimer(time.Hour)
-	staged.Stop()
-	defer staged.Stop()
+	// staged, while a signing CA is staged, fires when it may be taken
+	// into use.
+	var staged clock.Timer
+	defer func() {
+		if staged != nil {
+			staged.Stop()
+		}
+	}()
 	for {
+		var stagedC <-chan time.Time
+		if staged != nil {
+			stagedC = staged.C()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
-		case <-resync.C:
-		case <-staged.C:
+		case <-resync.C():
+		case <-stagedC:
 		}
 		if _, err := s.Reload(ctx); err != nil && ctx.Err() == nil {
 			s.opts.Log.Error(err, "CA secret refused; the CA keeps signing with the keys in use", "keys", s.Current().Source())
 		}
-		staged.Stop()
+		if staged != nil {
+			staged.Stop()
+			staged = nil
+		}
 		if until := s.StagedUntil(); !until.IsZero() {
-			// The clock is passive: its deadline becomes a real wait.
-			staged.Reset(max(until.Sub(s.opts.Clock.Now()), 0))
+			staged = s.opts.Clock.NewTimer(max(until.Sub(s.opts.Clock.Now()), 0))
 		}
 	}
 }
@@ -284,7 +299,7 @@ func (s *KeyStore) watch(ctx context.Context, name string, poke func()) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-s.opts.Clock.After(backoff):
 			}
 			backoff = min(2*backoff, maxBackoff)
 			continue
@@ -302,8 +317,8 @@ func (s *KeyStore) watch(ctx context.Context, name string, poke func()) {
 }
 
 // Reload reads the CA Secrets and, when they changed and are valid, puts
-// the new keys in use and calls OnRotate. It returns whether the keys
-// changed. An invalid or missing Secret is an error wrapping
+// the new keys in use and calls OnRotate with ctx. It returns whether the
+// keys changed. An invalid or missing Secret is an error wrapping
 // ErrInvalidCASecret or ErrKeysUnavailable, and the keys in use stay.
 func (s *KeyStore) Reload(ctx context.Context) (bool, error) {
 	s.mu.Lock()
@@ -332,7 +347,7 @@ func (s *KeyStore) Reload(ctx context.Context) (bool, error) {
 	s.opts.Log.Info("CA keys rotated", "keys", use.Source(), "signingCA", use.CA().Cert.Subject.String(),
 		"signingRoots", use.SigningRoots(), "addedRoots", rot.Added, "retiredRoots", len(rot.Retired))
 	if s.opts.OnRotate != nil {
-		s.opts.OnRotate(rot)
+		s.opts.OnRotate(ctx, rot)
 	}
 	return true, nil
 }

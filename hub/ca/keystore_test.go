@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -15,10 +16,12 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // rootCA is a self-signed root used directly as a plug-in signing CA.
@@ -75,7 +78,7 @@ func TestKeyStoreRotationSteps(t *testing.T) {
 	const ttl, grace = time.Hour, time.Minute
 	store, err := ca.NewKeyStore(t.Context(), ca.KeyStoreOptions{
 		Client: c.ctrl, Namespace: "rotate", MaxLeafTTL: ttl, RetireGrace: grace, Clock: clk, Metrics: reg,
-		OnRotate: func(r ca.Rotation) { rotations = append(rotations, r) },
+		OnRotate: func(_ context.Context, r ca.Rotation) { rotations = append(rotations, r) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +207,7 @@ func TestKeyStoreRetiresUnknownRootsFromNow(t *testing.T) {
 	var got []ca.Retirement
 	store, err := ca.NewKeyStore(t.Context(), ca.KeyStoreOptions{
 		Client: c.ctrl, Namespace: "rotate-unknown", MaxLeafTTL: time.Hour, RetireGrace: time.Second, Clock: clk,
-		OnRotate: func(r ca.Rotation) { got = append(got, r.Retired...) },
+		OnRotate: func(_ context.Context, r ca.Rotation) { got = append(got, r.Retired...) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +233,7 @@ func TestKeyStoreRunFollowsTheSecret(t *testing.T) {
 	rotated := make(chan ca.Rotation, 4)
 	store, err := ca.NewKeyStore(t.Context(), ca.KeyStoreOptions{
 		Client: c.ctrl, Namespace: "rotate-watch", Resync: time.Hour,
-		OnRotate: func(r ca.Rotation) { rotated <- r },
+		OnRotate: func(_ context.Context, r ca.Rotation) { rotated <- r },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +364,7 @@ func TestKeyStoreStagesAYoungSigningRoot(t *testing.T) {
 	const ttl, grace, spread = time.Hour, time.Minute, 30 * time.Second
 	store, err := ca.NewKeyStore(t.Context(), ca.KeyStoreOptions{
 		Client: c.ctrl, Namespace: "rotate-oneshot", MaxLeafTTL: ttl, RetireGrace: grace, RootSpread: spread,
-		Clock: clk, Metrics: reg, OnRotate: func(r ca.Rotation) { rotations = append(rotations, r) },
+		Clock: clk, Metrics: reg, OnRotate: func(_ context.Context, r ca.Rotation) { rotations = append(rotations, r) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -406,4 +409,142 @@ func TestKeyStoreStagesAYoungSigningRoot(t *testing.T) {
 	if got := reloads(t, reg, "staged"); got != 1 {
 		t.Fatalf("staged reloads = %v, want 1", got)
 	}
+}
+
+// noWatch fails every watch, so KeyStore.Run reloads only when its clock
+// says so: at a resync, or when a staged signing CA is due.
+type noWatch struct{ client.WithWatch }
+
+func (noWatch) Watch(context.Context, client.ObjectList, ...client.ListOption) (watch.Interface, error) {
+	return nil, errors.New("watch disabled by the test")
+}
+
+type runCtxKey struct{}
+
+// runKeyStore runs store until the test ends, under a context that carries
+// runCtxKey, and waits until Run waits on clk with n timers (the resync
+// ticker, one retry backoff per watched Secret, the staging timer).
+func runKeyStore(t *testing.T, store *ca.KeyStore, clk *clocktesting.FakeClock, n int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), runCtxKey{}, "run"))
+	done := make(chan error, 1)
+	go func() { done <- store.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	waiters(t, clk, n)
+}
+
+func waiters(t *testing.T, clk *clocktesting.FakeClock, n int) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if got := clk.Waiters(); got != n {
+			return fmt.Errorf("%d timers wait on the clock, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+// Without watch events, Run reloads at each Resync of its clock, and not
+// before; OnRotate gets Run's context.
+func TestKeyStoreRunResyncsOnItsClock(t *testing.T) {
+	c := startFleet(t).cluster("cluster-1")
+	createNamespace(t, c, "rotate-resync")
+	t0 := time.Now()
+	clk := clocktesting.NewFakeClock(t0)
+	a, b := newRootCA(t, "a", t0), newRootCA(t, "b", t0)
+	putCACerts(t, c, "rotate-resync", a, a)
+	rotated := make(chan ca.Rotation, 4)
+	const resync = time.Minute
+	store, err := ca.NewKeyStore(t.Context(), ca.KeyStoreOptions{
+		Client: noWatch{c.ctrl}, Namespace: "rotate-resync", Resync: resync, Clock: clk,
+		OnRotate: func(ctx context.Context, r ca.Rotation) {
+			if ctx.Value(runCtxKey{}) == nil {
+				t.Error("OnRotate was not called with Run's context")
+			}
+			rotated <- r
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runKeyStore(t, store, clk, 3)
+
+	putCACerts(t, c, "rotate-resync", a, a, b)
+	testutil.Consistently(t, 300*time.Millisecond, 10*time.Millisecond, func() error {
+		if got := store.Current().RootFingerprints(); len(got) != 1 {
+			return fmt.Errorf("roots %v in use before the resync", got)
+		}
+		return nil
+	})
+	clk.Step(resync)
+	select {
+	case r := <-rotated:
+		if !slices.Equal(r.Added, []string{fp(b.cert)}) {
+			t.Fatalf("added %v at the resync, want b", r.Added)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no rotation at the resync")
+	}
+	if got := store.Current().RootFingerprints(); len(got) != 2 {
+		t.Fatalf("roots in use after the resync: %v", got)
+	}
+}
+
+// Run takes a staged signing CA into use when its clock reaches
+// StagedUntil, and the old root then retires MaxLeafTTL+RetireGrace after
+// that switch.
+func TestKeyStoreRunSwitchesAStagedCAOnItsClock(t *testing.T) {
+	c := startFleet(t).cluster("cluster-1")
+	createNamespace(t, c, "rotate-staged")
+	t0 := time.Now()
+	clk := clocktesting.NewFakeClock(t0)
+	oldCA, newCA := newRootCA(t, "old root", t0), newRootCA(t, "new root", t0)
+	putCACerts(t, c, "rotate-staged", oldCA, oldCA)
+	rotated := make(chan ca.Rotation, 4)
+	const ttl, grace, spread, resync = time.Hour, time.Minute, 30 * time.Second, time.Hour
+	store, err := ca.NewKeyStore(t.Context(), ca.KeyStoreOptions{
+		Client: noWatch{c.ctrl}, Namespace: "rotate-staged", MaxLeafTTL: ttl, RetireGrace: grace,
+		RootSpread: spread, Resync: resync, Clock: clk,
+		OnRotate: func(_ context.Context, r ca.Rotation) { rotated <- r },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) ca.Rotation {
+		t.Helper()
+		select {
+		case r := <-rotated:
+			return r
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no rotation %s", what)
+			return ca.Rotation{}
+		}
+	}
+	signer := func() string { return store.Current().CA().Cert.Subject.CommonName }
+	runKeyStore(t, store, clk, 3)
+
+	putCACerts(t, c, "rotate-staged", newCA, newCA) // CA and root at once
+	clk.Step(resync)
+	edit := clk.Now()
+	if r := next("at the resync"); !slices.Equal(r.Added, []string{fp(newCA.cert)}) || len(r.Retired) != 0 {
+		t.Fatalf("staged rotation: added %v, retired %v", r.Added, r.Retired)
+	}
+	if signer() != "old root" || !store.StagedUntil().Equal(edit.Add(spread)) {
+		t.Fatalf("after the edit: signs with %q, staged until %v; want the old CA until %v", signer(), store.StagedUntil(), edit.Add(spread))
+	}
+	waiters(t, clk, 4) // and the staging timer
+
+	clk.Step(spread)
+	r := next("when the staging ended")
+	if want := edit.Add(spread + ttl + grace); len(r.Retired) != 1 || r.Retired[0].Fingerprint != fp(oldCA.cert) || !r.Retired[0].At.Equal(want) {
+		t.Fatalf("after the switch retired %+v, want the old root at %v", r.Retired, want)
+	}
+	if signer() != "new root" || !store.StagedUntil().IsZero() {
+		t.Fatalf("after the staging: signs with %q, staged until %v", signer(), store.StagedUntil())
+	}
+	waiters(t, clk, 3) // no staging timer left
 }

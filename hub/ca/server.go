@@ -52,7 +52,7 @@ type ServerOptions struct {
 	// Authenticator proves the caller's identity. Required.
 	Authenticator TokenAuthenticator
 	// TrustDomain of the SPIFFE IDs issued. Default cluster.local.
-	TrustDomain string
+	TrustDomain pki.TrustDomain
 	// DefaultTTL is the lifetime of a certificate whose request names
 	// none. Default 24h, Istio's DEFAULT_WORKLOAD_CERT_TTL.
 	DefaultTTL time.Duration
@@ -148,7 +148,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		return nil, errors.New("ca: ServerOptions.Keys and Authenticator are required")
 	}
 	opts = opts.withDefaults()
-	if err := checkTrustDomain(opts.TrustDomain); err != nil {
+	if err := opts.TrustDomain.Validate(); err != nil {
 		return nil, fmt.Errorf("ca: %w", err)
 	}
 	if opts.DefaultTTL < 0 || opts.MaxTTL < 0 || opts.DefaultTTL > opts.MaxTTL {

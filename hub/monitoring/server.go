@@ -76,7 +76,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.opts.Log.Info("serving monitoring", "addr", lis.Addr().String())
 	select {
 	case <-ctx.Done():
-		shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		return srv.Shutdown(shutCtx)
 	case err := <-errc:

@@ -259,13 +259,13 @@ func TestRotatedKubeconfigKeepsEndpoints(t *testing.T) {
 
 	sec := remoteSecret("remotes", map[string][]byte{"c1": e.kubeconfig})
 	e.create(t, sec)
-	var gen model.Generation
+	var term uint64
 	eventually(t, "c1 synced", func() error {
 		cs := st.Clusters()
 		if len(cs) != 1 || st.Service(echoHost) == nil {
 			return fmt.Errorf("clusters = %+v", cs)
 		}
-		gen = cs[0].Generation
+		term = cs[0].Version.Term
 		return nil
 	})
 	user, err := e.cfg.AddUser(envtest.User{Name: "meshfed-hub-rotated", Groups: []string{"system:masters"}}, nil)
@@ -286,8 +286,8 @@ func TestRotatedKubeconfigKeepsEndpoints(t *testing.T) {
 			t.Fatalf("endpoint lost during rotation: %+v", ms)
 		}
 		cs := st.Clusters()
-		if cs[0].Generation <= gen {
-			return fmt.Errorf("still generation %d", cs[0].Generation)
+		if cs[0].Version.Term <= term {
+			return fmt.Errorf("still term %d", cs[0].Version.Term)
 		}
 		if s, _ := status.Get("c1"); s.State != remotes.StateSynced {
 			return fmt.Errorf("status %+v", s)

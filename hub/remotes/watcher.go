@@ -46,8 +46,10 @@ type WatcherOptions struct {
 	// ProbeInterval is how often a cluster's reachability is probed (one
 	// small list request). Default 5s, or SyncTimeout when that is shorter.
 	ProbeInterval time.Duration
-	Clock         clock.WithTicker
-	Log           logr.Logger
+	// Clock times the sync timeout, the probes and the retry delays of
+	// each cluster's work queue. Default the real clock.
+	Clock clock.WithTicker
+	Log   logr.Logger
 }
 
 // Watcher turns the objects of every engaged remote cluster into service
@@ -109,7 +111,8 @@ func (w *Watcher) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 		nodSvc: map[string]map[types.NamespacedName]struct{}{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
-			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: ""}),
+			// The retry delays wait on the injected clock too.
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Clock: w.opts.Clock}),
 	}
 	w.wg.Add(1)
 	go func() {

@@ -1,21 +1,3 @@
-// Package trustsvc serves the federated trust bundle to the spoke shims
-// and the workload agents: the hub side of pkg/trustapi
-// (meshfed.trust.v1.TrustBundle/Watch).
-//
-// A spoke opens one Watch stream, authenticated like a CSR to the CA (its
-// service account token in authorization: Bearer, its cluster in the
-// ClusterID metadata, the token reviewed against that cluster's own
-// apiserver). The Service sends the current bundle at once and the whole
-// bundle again on every change. Changes come from one coalescing channel
-// (replication.Replicator.TrustChanged); Run drains it and fans it out to
-// every open stream, so any number of spokes may watch.
-//
-// The Service also remembers every spoke that connected: its cluster,
-// version (x-meshfed-spoke-version metadata), when it connected, when it was
-// last seen, and whether a stream is open now (Spokes), for meshfedctl
-// remote-clusters. Workload agents (x-meshfed-client: agent) are served the
-// same bundle but are not spokes: they are counted only in
-// meshfed_hub_trust_streams{client="agent"}.
 package trustsvc
 
 import (
@@ -39,6 +21,7 @@ import (
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/remotesecret"
 	"github.com/meshfed/meshfed/pkg/trustapi"
 )
@@ -65,8 +48,9 @@ type Options struct {
 	// Metrics, when set, receives meshfed_hub_trust_streams{client} (client
 	// "spoke" or "agent") and meshfed_hub_trust_pushes_total{result}.
 	Metrics prometheus.Registerer
-	// Clock dates the spokes' status. Default the real clock.
-	Clock clock.PassiveClock
+	// Clock dates the spokes' status and times each stream's end at its
+	// token's expiry. Default the real clock.
+	Clock clock.WithTicker
 }
 
 // SpokeStatus is what the hub knows of one cluster's spoke.
@@ -95,11 +79,15 @@ type SpokeStatus struct {
 type Service struct {
 	opts Options
 
+	// mu guards notify and spokes, and the SpokeStatus values spokes
+	// points to. It is held only to read or swap them: no send, no
+	// encoding and no call out happens under it.
 	mu     sync.Mutex
 	notify chan struct{} // closed and replaced on every change
 	spokes map[model.ClusterID]*SpokeStatus
+
 	// spokesChanged signals (coalesced) a change of Spokes, other than
-	// the passing of time.
+	// the passing of time. Set once by New; sends need no lock.
 	spokesChanged chan struct{}
 	// stopping is closed when Run returns: every stream then ends, so a
 	// graceful stop of the gRPC server need not wait for its grace period
@@ -199,7 +187,7 @@ func (s *Service) Bundle() trustapi.Bundle { return BundleOf(s.opts.Roots()) }
 func BundleOf(roots []federation.Root) trustapi.Bundle {
 	out := make([]trustapi.Root, 0, len(roots))
 	for _, r := range roots {
-		out = append(out, trustapi.Root{TrustDomain: r.TrustDomain, PEM: string(r.PEM), Fingerprint: r.Fingerprint})
+		out = append(out, trustapi.Root{TrustDomain: pki.TrustDomain(r.TrustDomain), PEM: string(r.PEM), Fingerprint: r.Fingerprint})
 	}
 	return trustapi.NewBundle(out)
 }
@@ -246,9 +234,9 @@ func (s *Service) Watch(_ *wrapperspb.BytesValue, stream grpc.ServerStreamingSer
 	// (legacy Secret-based ones) keep their stream.
 	var expired <-chan time.Time
 	if exp := remotesecret.TokenExpiry(token); !exp.IsZero() {
-		t := time.NewTimer(max(exp.Sub(s.opts.Clock.Now()), 0))
+		t := s.opts.Clock.NewTimer(max(exp.Sub(s.opts.Clock.Now()), 0))
 		defer t.Stop()
-		expired = t.C
+		expired = t.C()
 	}
 
 	var sent string
@@ -302,6 +290,8 @@ func (s *Service) connected(c model.ClusterID, id ca.Identity, version string) {
 // closed, or sent another bundle version.
 func (s *Service) SpokesChanged() <-chan struct{} { return s.spokesChanged }
 
+// spokesChangedLocked signals spokesChanged without blocking. Called with
+// mu held, right after the change it reports.
 func (s *Service) spokesChangedLocked() {
 	select {
 	case s.spokesChanged <- struct{}{}:

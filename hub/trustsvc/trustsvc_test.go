@@ -3,6 +3,7 @@ package trustsvc_test
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -19,11 +20,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/pkg/model"
+	meshtest "github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/trustapi"
 )
 
@@ -56,17 +60,18 @@ func root(fp string) federation.Root {
 
 func start(t *testing.T) (*trustsvc.Service, *bundle, chan struct{}, *grpc.ClientConn) {
 	t.Helper()
-	return startWith(t, nil)
+	return startWith(t, nil, nil)
 }
 
-// startWith is start with metrics registered on reg (when not nil).
-func startWith(t *testing.T, reg prometheus.Registerer) (*trustsvc.Service, *bundle, chan struct{}, *grpc.ClientConn) {
+// startWith is start with metrics registered on reg and the Service on clk
+// (each when not nil).
+func startWith(t *testing.T, reg prometheus.Registerer, clk clock.WithTicker) (*trustsvc.Service, *bundle, chan struct{}, *grpc.ClientConn) {
 	t.Helper()
 	b := &bundle{roots: []federation.Root{root("aa")}}
 	changed := make(chan struct{}, 1)
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
-	svc, err := trustsvc.Register(srv, trustsvc.Options{Authenticator: fakeAuthn{}, Roots: b.get, Changed: changed, Metrics: reg})
+	svc, err := trustsvc.Register(srv, trustsvc.Options{Authenticator: fakeAuthn{}, Roots: b.get, Changed: changed, Metrics: reg, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,13 +168,12 @@ func TestWatchFanOut(t *testing.T) {
 		t.Fatalf("Spokes = %+v", sp)
 	}
 	cancel1()
-	deadline := time.Now().Add(10 * time.Second)
-	for svc.Spokes()[0].Healthy {
-		if time.Now().After(deadline) {
-			t.Fatal("cluster-1 still healthy after its stream closed")
+	meshtest.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if svc.Spokes()[0].Healthy {
+			return errors.New("cluster-1 still healthy after its stream closed")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if sp := svc.Spokes(); !sp[1].Healthy || sp[0].LastSeen.IsZero() {
 		t.Errorf("Spokes after close = %+v", sp)
 	}
@@ -181,7 +185,7 @@ func TestWatchFanOut(t *testing.T) {
 // tells the two apart.
 func TestAgentsAreNotSpokes(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	svc, _, _, cc := startWith(t, reg)
+	svc, _, _, cc := startWith(t, reg, nil)
 	asAgent := metadata.AppendToOutgoingContext(t.Context(), trustapi.MetadataClient, trustapi.ClientAgent)
 	sa, err := watch(asAgent, cc, "cluster-1", "good", "")
 	if err != nil {
@@ -263,18 +267,27 @@ func TestStreamsEndOnStop(t *testing.T) {
 }
 
 // A stream ends when the token that opened it expires (Unauthenticated), so
-// the client comes back with a fresh token that is reviewed again.
+// the client comes back with a fresh token that is reviewed again. The
+// expiry is timed by the Service's clock.
 func TestStreamEndsWithItsToken(t *testing.T) {
-	_, _, _, cc := start(t)
-	claims := base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"exp":%d}`, time.Now().Add(1500*time.Millisecond).Unix())))
+	clk := clocktesting.NewFakeClock(time.Now())
+	_, _, _, cc := startWith(t, nil, clk)
+	exp := clk.Now().Add(time.Hour)
+	claims := base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"exp":%d}`, exp.Unix())))
 	st, err := watch(t.Context(), cc, "cluster-1", "jwt."+claims+".sig", "v1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	recv(t, st)
-	start := time.Now()
+	// The stream's expiry timer is the clock's only waiter.
+	meshtest.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if !clk.HasWaiters() {
+			return errors.New("the stream waits on no timer of the clock")
+		}
+		return nil
+	})
+	clk.SetTime(exp)
 	if _, err := st.Recv(); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("stream at its token's expiry: %v, want Unauthenticated", err)
 	}
-	t.Logf("stream ended %v after the first bundle", time.Since(start).Round(time.Millisecond))
 }

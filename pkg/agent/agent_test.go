@@ -31,6 +31,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/trustapi"
 )
 
@@ -316,16 +317,13 @@ func runAgent(t *testing.T, addr string, roots *x509.CertPool, clk *testingclock
 // eventually polls cond until it holds, failing the test after 10s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(2 * time.Millisecond) // polling, not timing: the condition decides
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
+	// Polling, not timing: the condition decides.
+	testutil.Eventually(t, 10*time.Second, 2*time.Millisecond, func() error {
+		if !cond() {
+			return errors.New("still waiting for " + what)
 		}
-	}
+		return nil
+	})
 }
 
 // stepUntil steps clk by d whenever something waits on it, until cond

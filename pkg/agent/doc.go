@@ -1,6 +1,11 @@
-// Package agent is a small workload agent: it obtains a workload
-// certificate from an Istio-compatible CA (the hub's, or istiod's) and
-// keeps it fresh on disk, in place of istio-agent for tests and demos.
+// Package agent is the workload certificate agent: it obtains a workload
+// certificate from an Istio-compatible CA (the hub's, or istiod's), keeps
+// it fresh on disk and keeps its roots current through the hub's trust
+// bundle, in place of istio-agent for proxyless gRPC workloads. It is the
+// library of meshfed-agent (spoke/cmd/meshfed-agent, through
+// spoke/podagent), the native sidecar that the spoke's grpc-agent
+// injection template runs beside the application; the e2e framework and
+// the demo run it in-process as their workloads' agent.
 //
 // Walk-through: Run dials the CA over TLS (verified with Options.CARoots
 // and the roots received since, see below), makes a new ECDSA P-256 key and a CSR, and calls

@@ -19,4 +19,10 @@
 // identity from authenticated sources (never from the CSR) and signs it with
 // SignCSR. Issue makes a key and a certificate in one step, for the hub's own
 // serving and peer certificates and for tests.
+//
+// TrustDomain names a SPIFFE trust domain wherever one is passed (the
+// CA's options, the trust bundle's roots, the hub's flags): Validate
+// applies the SPIFFE rule, and WorkloadID builds the
+// spiffe://<trust-domain>/ns/<ns>/sa/<sa> ID of a service account, the URI
+// SAN the hub's CA signs.
 package pki

@@ -1,40 +1,3 @@
-// Package trustapi is the wire contract between the hub and the spoke shim
-// for the federated trust bundle: one gRPC service, written by hand because
-// the repository has no protoc.
-//
-// # Wire
-//
-//	service meshfed.trust.v1.TrustBundle {
-//	  rpc Watch(google.protobuf.BytesValue) returns (stream google.protobuf.BytesValue);
-//	}
-//
-// The request's value is reserved (send empty bytes; the server ignores it).
-// Each response's value is the JSON of a Bundle:
-//
-//	{"version": "<hex>", "roots": [{"trustDomain": "...", "pem": "-----BEGIN...", "fingerprint": "<hex sha256 of DER>"}]}
-//
-// The server sends the current bundle at once, then the whole bundle again
-// whenever it changes (never a delta), so a client only ever keeps the last
-// message. Version is a digest of the sorted fingerprints: equal versions
-// mean equal root sets.
-//
-// Request metadata, as for Istio's certificate API:
-//
-//	authorization            Bearer <service account token of the caller, audience istio-ca>
-//	ClusterID                the caller's cluster ID (the token is reviewed against it)
-//	x-meshfed-client         what the caller is: "spoke" (a spoke shim) or "agent" (a
-//	                         workload agent, pkg/agent); absent means "spoke", as older
-//	                         spokes do not send it, and any other value is treated as
-//	                         "spoke"
-//	x-meshfed-spoke-version  the spoke's version, shown by the hub (optional)
-//
-// Spoke shims and workload agents watch the same bundle: a spoke to publish
-// it into its cluster, an agent to keep a workload's root-cert.pem current
-// while the roots rotate. The hub lists only spokes as connected clusters;
-// x-meshfed-client tells it which is which.
-//
-// The service is served on the hub's CA TLS port (15012) next to
-// istio.v1.auth.IstioCertificateService.
 package trustapi
 
 import (
@@ -49,6 +12,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshfed/meshfed/pkg/pki"
 )
 
 // Names of the service and its method.
@@ -80,7 +45,8 @@ const (
 
 // Root is one trust anchor of the bundle.
 type Root struct {
-	TrustDomain string `json:"trustDomain"`
+	// TrustDomain is the SPIFFE trust domain the root anchors.
+	TrustDomain pki.TrustDomain `json:"trustDomain"`
 	// PEM is one PEM CERTIFICATE block.
 	PEM string `json:"pem"`
 	// Fingerprint is the lower-case hex SHA-256 of the certificate's DER.

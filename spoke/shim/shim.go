@@ -1,22 +1,3 @@
-// Package shim is the spoke's config-cluster shim: it brings the hub's
-// federated trust bundle into the workload cluster.
-//
-// Run keeps one Watch stream (pkg/trustapi) open to the hub's CA address,
-// authenticated with the spoke's own service account token (audience
-// istio-ca) and its cluster ID, and writes the bundle as ConfigMap
-// istio-ca-root-cert (key root-cert.pem, the concatenated PEM of every
-// root, label istio.io/config=true, as istiod does) into every selected
-// namespace. It puts the ConfigMap back when it is deleted or edited, and
-// writes it into a namespace as soon as the namespace appears.
-//
-// While the hub is unreachable, Run keeps reconnecting with backoff and
-// keeps writing the last bundle it received (it never deletes a ConfigMap
-// and never writes an empty bundle), so new namespaces still get the roots.
-// Before the first bundle arrives it writes nothing.
-//
-// Metrics: meshfed_spoke_root_cert_writes_total{result} (created, updated,
-// error), meshfed_spoke_trust_bundle_connected (1 while the stream is open),
-// meshfed_spoke_trust_bundle_updates_total.
 package shim
 
 import (
@@ -47,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/pkg/trustapi"
 )
@@ -100,6 +82,8 @@ type Options struct {
 	Log logr.Logger
 	// Metrics, when set, receives the shim's metrics.
 	Metrics prometheus.Registerer
+	// Clock times the reconnect backoff. Default the real clock.
+	Clock clock.WithTicker
 }
 
 // DefaultOptions returns the defaults.
@@ -110,6 +94,7 @@ func DefaultOptions() Options {
 		MaxBackoff:        30 * time.Second,
 		Workers:           2,
 		Log:               logr.Discard(),
+		Clock:             clock.RealClock{},
 	}
 }
 
@@ -139,6 +124,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
+	}
+	if o.Clock == nil {
+		o.Clock = d.Clock
 	}
 	if o.TokenFunc == nil {
 		file := o.TokenFile
@@ -193,6 +181,9 @@ type shim struct {
 	cmLister cache.Indexer
 	excluded map[string]bool
 
+	// mu guards bundle and pem: the stream goroutine swaps them in
+	// setBundle and the workers read pem in reconcile. No API call is made
+	// under it.
 	mu     sync.Mutex
 	bundle trustapi.Bundle
 	pem    []byte // nil until the first non-empty bundle
@@ -330,7 +321,7 @@ func (s *shim) watchHub(ctx context.Context, creds credentials.TransportCredenti
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-s.opts.Clock.After(wait):
 		}
 		backoff = min(backoff*2, s.opts.MaxBackoff)
 	}

@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -34,6 +35,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/meshfed/meshfed/pkg/pki"
+	meshtest "github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/trustapi"
 	"github.com/meshfed/meshfed/spoke/shim"
 )
@@ -100,14 +103,11 @@ func (h *fakeHub) Watch(_ *wrapperspb.BytesValue, st grpc.ServerStreamingServer[
 func serve(t *testing.T, h *fakeHub, cert tls.Certificate, addr string) (*grpc.Server, string) {
 	t.Helper()
 	var lis net.Listener
-	var err error
-	for range 50 { // the port of a stopped server may take a moment to free
-		if lis, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
+	// The port of a stopped server may take a moment to free.
+	if err := meshtest.Poll(t.Context(), 5*time.Second, 100*time.Millisecond, func() (err error) {
+		lis, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}})))
@@ -119,14 +119,14 @@ func serve(t *testing.T, h *fakeHub, cert tls.Certificate, addr string) (*grpc.S
 
 // --- certificates ---
 
-func newRoot(t *testing.T, td string) trustapi.Root {
+func newRoot(t *testing.T, td pki.TrustDomain) trustapi.Root {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{Organization: []string{td}},
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{Organization: []string{td.String()}},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
@@ -189,17 +189,12 @@ func createNS(t *testing.T, kc kubernetes.Interface, name string, lbl map[string
 
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
+	meshtest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func wantPEM(roots ...trustapi.Root) string { return string(trustapi.NewBundle(roots).PEM()) }
@@ -361,10 +356,12 @@ func TestShimSelector(t *testing.T) {
 	bad.NamespaceSelector = labels.SelectorFromSet(labels.Set{"team": "x"})
 	createNS(t, kc, "x", map[string]string{"team": "x"})
 	runShim(t, bad)
-	time.Sleep(time.Second)
-	if _, err := kc.CoreV1().ConfigMaps("x").Get(ctx, shim.ConfigMapName, metav1.GetOptions{}); err == nil {
-		t.Error("a shim refused by the hub wrote a ConfigMap")
-	}
+	meshtest.Consistently(t, time.Second, 50*time.Millisecond, func() error {
+		if _, err := kc.CoreV1().ConfigMaps("x").Get(ctx, shim.ConfigMapName, metav1.GetOptions{}); err == nil {
+			return errors.New("a shim refused by the hub wrote a ConfigMap")
+		}
+		return nil
+	})
 }
 
 func counter(t *testing.T, g prometheus.Gatherer, name, result string) prometheus.Collector {

@@ -74,6 +74,7 @@ func checkPolicyParts(e *errs, p *field.Path, cp *networking.ConnectionPoolSetti
 	}
 	if od != nil {
 		op := p.Child("outlierDetection")
+		//lint:ignore SA1019 Istio still accepts the deprecated field, so it is validated.
 		nonNegative(e, op.Child("consecutiveErrors"), od.GetConsecutiveErrors())
 		checkDuration(e, op.Child("interval"), od.GetInterval())
 		checkDuration(e, op.Child("baseEjectionTime"), od.GetBaseEjectionTime())

@@ -138,6 +138,7 @@ func checkHTTPRoute(e *errs, p *field.Path, r *networking.HTTPRoute) {
 		checkDestination(e, p.Child("mirror"), m)
 	}
 	checkPercent(e, p.Child("mirrorPercentage"), r.GetMirrorPercentage())
+	//lint:ignore SA1019 Istio still accepts the deprecated field, so it is validated.
 	if mp := r.GetMirrorPercent(); mp != nil && mp.GetValue() > 100 {
 		e.add(p.Child("mirrorPercent"), "must be between 0 and 100, got %d", mp.GetValue())
 	}
@@ -226,8 +227,9 @@ func checkFault(e *errs, p *field.Path, f *networking.HTTPFaultInjection) {
 		default:
 			e.add(dp, "fixedDelay is required")
 		}
-		if d.GetPercent() < 0 || d.GetPercent() > 100 {
-			e.add(dp.Child("percent"), "must be between 0 and 100, got %d", d.GetPercent())
+		//lint:ignore SA1019 Istio still accepts the deprecated field, so it is validated.
+		if pct := d.GetPercent(); pct < 0 || pct > 100 {
+			e.add(dp.Child("percent"), "must be between 0 and 100, got %d", pct)
 		}
 		checkPercent(e, dp.Child("percentage"), d.GetPercentage())
 	}

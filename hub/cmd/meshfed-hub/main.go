@@ -42,7 +42,7 @@ func main() {
 	fs.StringVar(&opts.PeerTLSCA, "peer-tls-ca", "", "PEM CA bundle that peer certificates must chain to")
 	fs.IntVar(&opts.WatchReplicas, "watch-replicas", opts.WatchReplicas, "how many live replicas watch each remote cluster")
 	fs.StringVar(&opts.CAAddr, "ca-addr", opts.CAAddr, "TLS listen address of the workload certificate API (Istio's CreateCertificate); empty disables the CA")
-	fs.StringVar(&opts.TrustDomain, "trust-domain", opts.TrustDomain, "SPIFFE trust domain of workload certificates")
+	fs.Var(&opts.TrustDomain, "trust-domain", "SPIFFE trust domain of workload certificates")
 	caAudience := fs.String("ca-audience", strings.Join(opts.CAAudiences, ","), "comma-separated token audiences the CA accepts")
 	fs.DurationVar(&opts.WorkloadCertTTL, "workload-cert-ttl", opts.WorkloadCertTTL, "lifetime of a workload certificate whose request names none")
 	fs.DurationVar(&opts.MaxWorkloadCertTTL, "max-workload-cert-ttl", opts.MaxWorkloadCertTTL, "longest workload certificate lifetime; longer requests are cut to it")
