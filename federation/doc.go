@@ -14,16 +14,29 @@
 //     by Version (term, sequence, owner), applies snapshots and deltas to a
 //     model.Registry, refuses stale, duplicate and out-of-order ones with a
 //     sentinel error, and tells which clusters a peer's digest is ahead on.
-//     It does no I/O and reads no clock.
+//     It is the one authority on the order of writes (the registry only
+//     stores), keeps a tombstone of each removed cluster, does no I/O and
+//     reads no clock.
 //   - TrustBundle (trust.go) is the replicated set of root certificates,
 //     merged by union, with tombstones so a late message cannot bring back a
 //     removed root.
 //   - The peer transport (peer.go) moves bulk state between replicas over a
 //     gRPC stream with mutual TLS: catch-up snapshots on connect, then the
-//     owner's deltas as they happen; gossip only carries digests.
+//     owner's deltas as they happen; gossip only carries digests. Frames
+//     are protobuf (peerpb, peer_codec.go), encoded once per broadcast and
+//     validated on receipt (peer_wire.go); repeated strings are interned as
+//     they are decoded.
+//
+// Terms only count; no clock picks them. A replica that writes a cluster
+// removed and added again, without having seen the removal, may pick a
+// term that the others hold a tombstone of: they refuse the write with
+// ErrRemoved and answer with the tombstone (PeerMessage.Superseded), and
+// the writer republishes above it.
 //
 // The hub wires these together: it watches the clusters it owns, writes
-// their changes into State under a new term, and publishes them to peers;
+// their changes into State under a new term, and publishes them to peers
+// (the hub's store appends the messages to an outbox under its lock; one
+// goroutine encodes and sends them after the lock is released);
 // what peers send is applied to the same State. When an owner dies every
 // replica keeps the last state it had until the new owner's snapshot, of a
 // higher term, replaces it.

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -24,9 +25,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/federation/peerpb"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
 )
@@ -568,7 +571,7 @@ func (r *peerRaw) sendRaw(data string) error {
 
 func (r *peerRaw) send(m *federation.PeerMessage) {
 	r.t.Helper()
-	data, err := json.Marshal(m)
+	data, err := federation.EncodePeerMessage(m)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -582,11 +585,17 @@ func (r *peerRaw) recv() (*federation.PeerMessage, error) {
 	if err := r.stream.RecvMsg(&in); err != nil {
 		return nil, err
 	}
-	var m federation.PeerMessage
-	if err := json.Unmarshal(in.Value, &m); err != nil {
-		return nil, err
+	return federation.DecodePeerMessage(in.Value)
+}
+
+// rawFrame encodes p as is, without the checks EncodePeerMessage makes.
+func rawFrame(t *testing.T, p *peerpb.PeerMessage) string {
+	t.Helper()
+	data, err := proto.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return &m, nil
+	return string(data)
 }
 
 func TestPeerRefusesCertificateFromAnotherCA(t *testing.T) {
@@ -641,6 +650,11 @@ func TestPeerRefusesCertificateFromAnotherCA(t *testing.T) {
 func TestPeerRefusesBadHello(t *testing.T) {
 	f := newPeerFleet(t)
 	b := f.start("b", "")
+	hello := func(replica federation.ReplicaID, protocol int32) string {
+		return rawFrame(t, &peerpb.PeerMessage{Body: &peerpb.PeerMessage_Hello{Hello: &peerpb.Hello{
+			Replica: string(replica), Protocol: protocol}}})
+	}
+	p := int32(federation.PeerProtocol)
 	for _, tc := range []struct {
 		name   string
 		certID federation.ReplicaID
@@ -648,12 +662,13 @@ func TestPeerRefusesBadHello(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{"hello claims another replica", "a", `{"hello":{"replica":"x","protocol":1}}`, codes.PermissionDenied, "identity"},
-		{"hello claims the server itself", "a", `{"hello":{"replica":"b","protocol":1}}`, codes.PermissionDenied, "identity"},
-		{"higher ID dials lower", "z", `{"hello":{"replica":"z","protocol":1}}`, codes.FailedPrecondition, "direction"},
-		{"first frame not a hello", "a", `{"resync":["c1"]}`, codes.InvalidArgument, "no_hello"},
-		{"future protocol", "a", `{"hello":{"replica":"a","protocol":2}}`, codes.InvalidArgument, "protocol"},
-		{"hello not JSON", "a", `{"hello":`, codes.InvalidArgument, "decode"},
+		{"hello claims another replica", "a", hello("x", p), codes.PermissionDenied, "identity"},
+		{"hello claims the server itself", "a", hello("b", p), codes.PermissionDenied, "identity"},
+		{"higher ID dials lower", "z", hello("z", p), codes.FailedPrecondition, "direction"},
+		{"first frame not a hello", "a", rawFrame(t, &peerpb.PeerMessage{Body: &peerpb.PeerMessage_Resync{
+			Resync: &peerpb.Resync{Clusters: []string{"c1"}}}}), codes.InvalidArgument, "no_hello"},
+		{"future protocol", "a", hello("a", p+1), codes.InvalidArgument, "protocol"},
+		{"hello not protobuf", "a", hello("a", p)[:3], codes.InvalidArgument, "decode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := b.rejected(t, tc.reason)
@@ -705,11 +720,14 @@ func TestPeerMalformedFramesDropped(t *testing.T) {
 	peerEventually(t, "b to connect a", b.connectedTo("a"))
 
 	for _, bad := range []string{
-		`{not json`,
-		`{"delta":{"cluster":"c-a","hostname":"web.default.svc.cluster.local"}}`, // no version
-		`{}`, // nothing set
-		`{"snapshot":{"cluster":"c-a","version":{"term":1,"owner":"a"}},"resync":["c-a"]}`, // two set
-		`{"hello":{"replica":"a","protocol":1}}`,                                           // a second hello
+		"\xff\xff\xff not protobuf",
+		rawFrame(t, &peerpb.PeerMessage{Body: &peerpb.PeerMessage_Delta{Delta: &peerpb.ShardDelta{
+			Cluster: "c-a", Hostname: "web.default.svc.cluster.local"}}}), // no version
+		rawFrame(t, &peerpb.PeerMessage{}), // nothing set
+		rawFrame(t, &peerpb.PeerMessage{Body: &peerpb.PeerMessage_Snapshot{Snapshot: &peerpb.ClusterSnapshot{
+			Cluster: "c/a", Version: &peerpb.Version{Term: 1, Owner: "a"}}}}), // a cluster ID no secret can have
+		rawFrame(t, &peerpb.PeerMessage{Body: &peerpb.PeerMessage_Hello{Hello: &peerpb.Hello{
+			Replica: "a", Protocol: 1}}}), // a second hello
 	} {
 		if err := raw.sendRaw(bad); err != nil {
 			t.Fatal(err)
@@ -817,48 +835,64 @@ func TestPeerMessageValidate(t *testing.T) {
 	}
 }
 
-// FuzzPeerMessage feeds arbitrary frames through the receive path (JSON
-// into a PeerMessage, then Validate): no panic, every refusal wraps
-// ErrMalformedMessage, and an accepted message survives a round trip.
+// FuzzPeerMessage feeds arbitrary frames through the receive path
+// (protobuf into a PeerMessage, then Validate): no panic, every refusal
+// wraps ErrMalformedMessage, and an accepted message survives a round
+// trip unchanged.
 func FuzzPeerMessage(f *testing.F) {
 	for _, m := range []*federation.PeerMessage{
 		{Hello: &federation.Hello{Replica: "a", Protocol: 1, Digest: federation.Digest{"c1": {Term: 1, Owner: "a"}}}},
 		{Snapshot: peerSnapshot("a")},
 		{Delta: peerDelta("a", 3)},
 		{Resync: []model.ClusterID{"c1"}},
+		{Superseded: &federation.ClusterTombstone{Cluster: "c1", Version: federation.Version{Term: 4, Owner: "a"}}},
 		{Trust: json.RawMessage(`{"roots":["pem"],"removed":{}}`)},
 	} {
-		data, err := json.Marshal(m)
+		data, err := federation.EncodePeerMessage(m)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(data)
 	}
-	f.Add([]byte(`{"trust":null}`))
-	f.Add([]byte(`{"delta":{"cluster":"c","version":{"term":1,"seq":1,"owner":"a"},"hostname":"h","shard":{"service":null}}}`))
+	f.Add([]byte{0x32, 0x04, 'n', 'u', 'l', 'l'}) // trust: null
+	f.Add([]byte("\x1a\x03\x0a\x01c"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var m federation.PeerMessage
-		if json.Unmarshal(data, &m) != nil {
-			return
-		}
-		if err := m.Validate(); err != nil {
+		m, err := federation.DecodePeerMessage(data)
+		if err != nil {
 			if !errors.Is(err, federation.ErrMalformedMessage) {
 				t.Fatalf("error %v does not wrap ErrMalformedMessage", err)
 			}
 			return
 		}
-		again, err := json.Marshal(&m)
+		again, err := federation.EncodePeerMessage(m)
 		if err != nil {
-			t.Fatalf("valid message does not marshal: %v", err)
+			t.Fatalf("valid message does not encode: %v", err)
 		}
-		var back federation.PeerMessage
-		if err := json.Unmarshal(again, &back); err != nil {
-			t.Fatal(err)
+		back, err := federation.DecodePeerMessage(again)
+		if err != nil {
+			t.Fatalf("valid message invalid after a round trip: %v", err)
 		}
-		if err := back.Validate(); err != nil {
-			t.Fatalf("valid message invalid after a round trip: %v\n%s", err, again)
+		if !reflect.DeepEqual(normalize(m), normalize(back)) {
+			t.Fatalf("round trip changed the message:\n%+v\n%+v", m, back)
 		}
 	})
+}
+
+// normalize puts the send times of m in one location, so that DeepEqual
+// compares instants.
+func normalize(m *federation.PeerMessage) *federation.PeerMessage {
+	c := *m
+	if c.Snapshot != nil {
+		s := *c.Snapshot
+		s.Sent = s.Sent.UTC()
+		c.Snapshot = &s
+	}
+	if c.Delta != nil {
+		d := *c.Delta
+		d.Sent = d.Sent.UTC()
+		c.Delta = &d
+	}
+	return &c
 }
 
 func TestPeerCertificateIdentity(t *testing.T) {

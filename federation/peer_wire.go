@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/meshfed/meshfed/federation/peerpb"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -19,15 +21,16 @@ const (
 	peerKindSnapshot = "snapshot"
 	peerKindDelta    = "delta"
 	peerKindResync   = "resync"
+	peerKindRemoved  = "superseded"
 	peerKindTrust    = "trust"
 	peerKindProxies  = "proxy_status"
 )
 
-var peerKinds = []string{peerKindHello, peerKindSnapshot, peerKindDelta, peerKindResync, peerKindTrust, peerKindProxies}
+var peerKinds = []string{peerKindHello, peerKindSnapshot, peerKindDelta, peerKindResync, peerKindRemoved, peerKindTrust, peerKindProxies}
 
 // Reasons of meshfed_federation_peer_messages_rejected_total.
 const (
-	peerRejectDecode     = "decode"      // frame is not the JSON of a PeerMessage
+	peerRejectDecode     = "decode"      // frame is not the protobuf of a PeerMessage
 	peerRejectInvalid    = "invalid"     // PeerMessage.Validate failed
 	peerRejectNoHello    = "no_hello"    // first frame is not a Hello, or none came in time
 	peerRejectHelloAgain = "hello_again" // a Hello after the first frame
@@ -64,11 +67,21 @@ type PeerMessage struct {
 	Delta *ShardDelta `json:"delta,omitempty"`
 	// Resync asks the receiver for snapshots of these clusters.
 	Resync []model.ClusterID `json:"resync,omitempty"`
+	// Superseded answers a write the sender refused because it holds a
+	// tombstone of the cluster (ErrRemoved): the cluster was removed at
+	// that version, so a writer of a new incarnation must write above it.
+	Superseded *ClusterTombstone `json:"superseded,omitempty"`
 	// Trust is trust-bundle state, opaque here (owned by TrustBundle).
 	Trust json.RawMessage `json:"trust,omitempty"`
 	// ProxyStatus is a batch of the sender's proxy-status records, opaque
 	// here (owned by the hub's proxy-status component).
 	ProxyStatus json.RawMessage `json:"proxyStatus,omitempty"`
+}
+
+// ClusterTombstone is the version a cluster had when it was removed.
+type ClusterTombstone struct {
+	Cluster model.ClusterID `json:"cluster"`
+	Version Version         `json:"version"`
 }
 
 // trustSet reports whether m carries trust state (JSON null counts as
@@ -93,6 +106,8 @@ func (m *PeerMessage) kind() string {
 		return peerKindDelta
 	case len(m.Resync) > 0:
 		return peerKindResync
+	case m.Superseded != nil:
+		return peerKindRemoved
 	case m.proxiesSet():
 		return peerKindProxies
 	default:
@@ -113,7 +128,7 @@ func (m *PeerMessage) Validate() error {
 		return fmt.Errorf("%w: nil message", ErrMalformedMessage)
 	}
 	n := 0
-	for _, set := range []bool{m.Hello != nil, m.Snapshot != nil, m.Delta != nil, len(m.Resync) > 0, m.trustSet(), m.proxiesSet()} {
+	for _, set := range []bool{m.Hello != nil, m.Snapshot != nil, m.Delta != nil, len(m.Resync) > 0, m.Superseded != nil, m.trustSet(), m.proxiesSet()} {
 		if set {
 			n++
 		}
@@ -135,6 +150,13 @@ func (m *PeerMessage) Validate() error {
 				err = fmt.Errorf("resync: %w", err)
 				break
 			}
+		}
+	case m.Superseded != nil:
+		if err = checkClusterID(m.Superseded.Cluster); err == nil {
+			err = checkWriteVersion(m.Superseded.Version)
+		}
+		if err != nil {
+			err = fmt.Errorf("superseded: %w", err)
 		}
 	case m.proxiesSet():
 		if !json.Valid(m.ProxyStatus) {
@@ -279,12 +301,9 @@ type peerFrame struct {
 
 // encodePeerFrame validates and marshals m.
 func encodePeerFrame(m *PeerMessage) (peerFrame, error) {
-	if err := m.Validate(); err != nil {
-		return peerFrame{}, err
-	}
-	data, err := json.Marshal(m)
+	data, err := EncodePeerMessage(m)
 	if err != nil {
-		return peerFrame{}, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
+		return peerFrame{}, err
 	}
 	if len(data) > MaxPeerFrameBytes-peerFrameOverhead {
 		return peerFrame{}, fmt.Errorf("%w: %s frame of %d bytes, more than %d", ErrMalformedMessage, m.kind(), len(data), MaxPeerFrameBytes-peerFrameOverhead)
@@ -298,8 +317,12 @@ func decodePeerFrame(data []byte) (*PeerMessage, string, error) {
 	if len(data) > MaxPeerFrameBytes {
 		return nil, peerRejectDecode, fmt.Errorf("%w: frame of %d bytes", ErrMalformedMessage, len(data))
 	}
-	var m PeerMessage
-	if err := json.Unmarshal(data, &m); err != nil {
+	var p peerpb.PeerMessage
+	if err := proto.Unmarshal(data, &p); err != nil {
+		return nil, peerRejectDecode, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
+	}
+	m, err := fromProto(&p)
+	if err != nil {
 		return nil, peerRejectDecode, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
 	}
 	if !m.trustSet() {
@@ -311,5 +334,5 @@ func decodePeerFrame(data []byte) (*PeerMessage, string, error) {
 	if err := m.Validate(); err != nil {
 		return nil, peerRejectInvalid, err
 	}
-	return &m, "", nil
+	return m, "", nil
 }

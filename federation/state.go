@@ -40,10 +40,9 @@ var (
 // ErrInvalid. It does no I/O and reads no clock; it is not safe for
 // concurrent use (the caller serialises access).
 //
-// A cluster's registry Generation is its Term. Within a term two owners are
-// ordered by Owner here, so the registry (which accepts an equal
-// generation) never sees the losing owner's writes: State must be the only
-// writer of the registry's clusters. State does not know which clusters are
+// State is the one authority on the order of writes: the registry stores
+// what State hands it and orders nothing, so State must be the only writer
+// of the registry's clusters. State does not know which clusters are
 // configured: the caller drops messages for clusters it does not have in
 // its configuration, so that a snapshot begun before a removal and
 // delivered after it cannot bring the cluster back.
@@ -89,10 +88,7 @@ func (s *State) ApplySnapshot(snap ClusterSnapshot) ([]model.Hostname, error) {
 	if err := s.checkSnapshot(c, v); err != nil {
 		return nil, err
 	}
-	changed, err := s.reg.ReplaceCluster(c, model.Generation(v.Term), withoutNil(snap.Shards))
-	if err != nil {
-		return nil, fmt.Errorf("cluster %s: snapshot %s: registry refused it: %w", c, v, err)
-	}
+	changed := s.reg.ReplaceCluster(c, snap.Shards)
 	s.versions[c] = v
 	delete(s.removed, c)
 	return changed, nil
@@ -135,7 +131,7 @@ func (s *State) ApplyDelta(d ShardDelta) (changed bool, err error) {
 	if err := s.checkDelta(c, v); err != nil {
 		return false, err
 	}
-	changed, err = s.reg.UpdateShard(c, model.Generation(v.Term), d.Hostname, d.Shard)
+	changed, err = s.reg.UpdateShard(c, d.Hostname, d.Shard)
 	if err != nil {
 		return false, fmt.Errorf("cluster %s: delta %s: registry refused it: %w", c, v, err)
 	}
@@ -220,7 +216,7 @@ func (s *State) LocalDelta(c model.ClusterID, owner ReplicaID, term uint64, h mo
 	if err := s.checkDelta(c, v); err != nil {
 		return ShardDelta{}, false, err
 	}
-	changed, err := s.reg.UpdateShard(c, model.Generation(term), h, shard)
+	changed, err := s.reg.UpdateShard(c, h, shard)
 	if err != nil {
 		return ShardDelta{}, false, fmt.Errorf("cluster %s: delta %s: registry refused it: %w", c, v, err)
 	}
@@ -251,6 +247,18 @@ func (s *State) Version(c model.ClusterID) (Version, bool) {
 	v, ok := s.versions[c]
 	return v, ok
 }
+
+// Tombstone returns the version cluster c had when it was removed, for a
+// cluster removed and not added again since.
+func (s *State) Tombstone(c model.ClusterID) (Version, bool) {
+	v, ok := s.removed[c]
+	return v, ok
+}
+
+// Observe records that term has been used for cluster c by a writer this
+// State has not applied (a tombstone a peer reports), so that NextTerm
+// comes after it.
+func (s *State) Observe(c model.ClusterID, term uint64) { s.observe(c, term) }
 
 // Digest returns the version of every cluster held.
 func (s *State) Digest() Digest {
@@ -317,17 +325,4 @@ func validDelta(d ShardDelta) error {
 		return fmt.Errorf("no hostname: %w", ErrInvalid)
 	}
 	return nil
-}
-
-// withoutNil returns shards without its nil entries, which would otherwise
-// read as deletions: shards itself when it has none, else a copy.
-func withoutNil(shards map[model.Hostname]*model.ServiceShard) map[model.Hostname]*model.ServiceShard {
-	for _, sh := range shards {
-		if sh == nil {
-			out := maps.Clone(shards)
-			maps.DeleteFunc(out, func(_ model.Hostname, sh *model.ServiceShard) bool { return sh == nil })
-			return out
-		}
-	}
-	return shards
 }

@@ -72,13 +72,13 @@ func newStateReplica() *stateReplica {
 	return &stateReplica{reg: reg, state: NewState(reg)}
 }
 
-// dump renders everything a replica holds: per cluster its version,
-// registry generation and shards, then the merged view of every hostname.
+// dump renders everything a replica holds: per cluster its version and
+// shards, then the merged view of every hostname.
 func (r *stateReplica) dump() string {
 	var b strings.Builder
 	digest := r.state.Digest()
 	for _, sum := range r.reg.Clusters() {
-		fmt.Fprintf(&b, "%s %s gen=%d\n", sum.ID, digest[sum.ID], sum.Generation)
+		fmt.Fprintf(&b, "%s %s\n", sum.ID, digest[sum.ID])
 		shards := r.reg.ClusterShards(sum.ID)
 		for _, h := range slices.Sorted(maps.Keys(shards)) {
 			fmt.Fprintf(&b, "  %s: %s\n", h, endpointList(shards[h].Endpoints))
@@ -406,9 +406,9 @@ func TestHigherTermReplacesEverything(t *testing.T) {
 	if want := []model.Hostname{hostAPI, hostEcho, hostWeb}; !slices.Equal(changed, want) {
 		t.Fatalf("changed = %v, want %v", changed, want)
 	}
-	want := `c1 2.0@b gen=2
+	want := `c1 2.0@b
   api: 10.0.2.2
-c2 7.0@z gen=7
+c2 7.0@z
   echo: 10.9.0.1
 merged api [c1]: 10.0.2.2
 merged echo [c2]: 10.9.0.1
@@ -656,26 +656,10 @@ func TestDigestBehindSnapshot(t *testing.T) {
 	}
 }
 
-func TestRegistryRefusalIsWrapped(t *testing.T) {
-	r := newStateReplica()
-	// Someone wrote the registry behind State's back.
-	if _, err := r.reg.ReplaceCluster("c1", 10, nil); err != nil {
-		t.Fatal(err)
-	}
-	_, err := r.state.ApplySnapshot(snapOf("c1", ver(3, 0, "a")))
-	if !errors.Is(err, model.ErrStaleGeneration) {
-		t.Fatalf("err = %v, want it to wrap model.ErrStaleGeneration", err)
-	}
-	if _, ok := r.state.Version("c1"); ok {
-		t.Fatal("a version the registry refused was recorded")
-	}
-}
-
 // TestConvergence delivers random permutations of a message log, with
 // duplicates, to two fresh replicas; once every message and then a final
 // snapshot of each cluster's winner have arrived, both hold exactly the
-// winners' state. Every refusal is one of the sentinels: the registry never
-// refuses what State accepted.
+// winners' state. Every refusal is one of the sentinels.
 func TestConvergence(t *testing.T) {
 	refusals := map[error]int{}
 	for seed := range uint64(300) {

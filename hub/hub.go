@@ -30,7 +30,9 @@ import (
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/hub/xds"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 )
 
@@ -85,7 +87,7 @@ type Options struct {
 	// (IstioCertificateService); empty disables the CA.
 	CAAddr string
 	// TrustDomain of workload SPIFFE IDs.
-	TrustDomain string
+	TrustDomain pki.TrustDomain
 	// CAAudiences are the token audiences the CA accepts (any one).
 	CAAudiences []string
 	// WorkloadCertTTL is the lifetime of a certificate whose request names
@@ -169,9 +171,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	st := store.New(store.Options{
-		Self: federation.ReplicaID(opts.ReplicaID), Publish: repl.Publish, Clock: opts.Clock,
-	})
+	st := store.New(store.Options{Self: federation.ReplicaID(opts.ReplicaID), Clock: opts.Clock})
 	repl.SetStore(st)
 	status := remotes.NewStatus(opts.Clock, reg)
 	watcher := remotes.NewWatcher(remotes.WatcherOptions{
@@ -204,7 +204,7 @@ func Run(ctx context.Context, opts Options) error {
 	xdsServer := xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
 		Replica: opts.ReplicaID, Clock: opts.Clock,
-		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
+		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain.String(),
 	})
 	var spokes func() []trustsvc.SpokeStatus
 	var spokesChanged <-chan struct{}
@@ -220,11 +220,11 @@ func Run(ctx context.Context, opts Options) error {
 		Gatherer: reg,
 		Ready:    ready.check,
 		Debug: map[string]func(*http.Request) any{
-			"registryz":    func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
-			"federationz":  func(*http.Request) any { return repl.Federationz() },
-			"proxystatusz": func(*http.Request) any { return proxystatus.JSONDocument{Proxies: proxies.All()} },
-			"trustz":       func(*http.Request) any { return trustz(repl.TrustRoots()) },
-			"spokez":       func(*http.Request) any { return proxies.Spokes(opts.Clock.Now()) },
+			debugdoc.RegistryzName:   func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
+			debugdoc.FederationzName: func(*http.Request) any { return repl.Federationz() },
+			debugdoc.ProxyStatusName: func(*http.Request) any { return proxystatus.JSONDocument{Proxies: proxies.All()} },
+			debugdoc.TrustzName:      func(*http.Request) any { return trustz(repl.TrustRoots()) },
+			debugdoc.SpokezName:      func(*http.Request) any { return proxies.Spokes(opts.Clock.Now()) },
 		},
 		Log: log.WithName("monitoring"),
 	})

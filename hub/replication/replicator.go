@@ -161,6 +161,22 @@ func (r *Replicator) runProxyStatus(ctx context.Context) {
 	}
 }
 
+// runOutbox sends the store's local writes to every peer, in write order.
+// It runs apart from the writers: the store appends under its lock, and
+// only this goroutine encodes and queues, with no store lock held.
+func (r *Replicator) runOutbox(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.store.Outbox():
+		}
+		for _, m := range r.store.TakeOutbox() {
+			r.Publish(m)
+		}
+	}
+}
+
 // SetStore gives the Replicator the store it replicates. It must be called
 // once, before Run.
 func (r *Replicator) SetStore(st *store.Store) { r.store = st }
@@ -185,6 +201,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.peers.Run(ctx) })
 	g.Go(func() error { return r.membership.Run(ctx) })
+	g.Go(func() error { r.runOutbox(ctx); return nil })
 	g.Go(func() error { r.runProxyStatus(ctx); return nil })
 	g.Go(func() error { r.runTrustDeadlines(ctx); return nil })
 	g.Go(func() error { r.runConnectCheck(ctx); return nil })
@@ -395,11 +412,18 @@ func (r *Replicator) PeerMessage(from federation.ReplicaID, msg *federation.Peer
 	case msg.Snapshot != nil:
 		err := r.store.ApplySnapshot(*msg.Snapshot)
 		r.account("snapshot", err, now.Sub(msg.Snapshot.Sent))
+		r.answerRemoved(from, msg.Snapshot.Cluster, msg.Snapshot.Version, err)
 	case msg.Delta != nil:
 		err := r.store.ApplyDelta(*msg.Delta)
 		r.account("delta", err, now.Sub(msg.Delta.Sent))
+		r.answerRemoved(from, msg.Delta.Cluster, msg.Delta.Version, err)
 		if errors.Is(err, federation.ErrGap) {
 			r.resync(from, []model.ClusterID{msg.Delta.Cluster}, "gap")
+		}
+	case msg.Superseded != nil:
+		if r.store.Superseded(msg.Superseded.Cluster, msg.Superseded.Version) {
+			r.opts.Log.Info("a peer holds a tombstone of a cluster this replica writes; republished above it",
+				"peer", from, "cluster", msg.Superseded.Cluster, "tombstone", msg.Superseded.Version.String())
 		}
 	case len(msg.Trust) > 0:
 		var st federation.TrustBundleState
@@ -428,6 +452,24 @@ func (r *Replicator) PeerMessage(from federation.ReplicaID, msg *federation.Peer
 				return
 			}
 		}
+	}
+}
+
+// answerRemoved tells the writer of a refused write that this replica
+// holds a tombstone of its cluster, so that a writer of the cluster's new
+// incarnation (one that never saw the removal) moves above it. Only the
+// writer itself is answered: a snapshot forwarded in a catch-up is not
+// its sender's to fix.
+func (r *Replicator) answerRemoved(from federation.ReplicaID, c model.ClusterID, v federation.Version, err error) {
+	if !errors.Is(err, federation.ErrRemoved) || v.Owner != from {
+		return
+	}
+	tomb, ok := r.store.Tombstone(c)
+	if !ok {
+		return
+	}
+	if err := r.peers.Send(from, &federation.PeerMessage{Superseded: &federation.ClusterTombstone{Cluster: c, Version: tomb}}); err != nil {
+		r.opts.Log.V(1).Info("cannot tell the writer of its cluster's tombstone", "peer", from, "cluster", c, "error", err.Error())
 	}
 }
 

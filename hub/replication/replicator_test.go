@@ -69,7 +69,7 @@ func startReplicaWith(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []b
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := store.New(store.Options{Self: id, Publish: r.Publish})
+	st := store.New(store.Options{Self: id})
 	r.SetStore(st)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -368,4 +368,52 @@ func TestCatchUpFromTheWriter(t *testing.T) {
 	if got := b.r.catchUp("joiner", clusters); !slices.Equal(got, clusters) {
 		t.Fatalf("b sends %v with the writer gone, want every cluster", got)
 	}
+}
+
+// TestTombstoneAnswered: a cluster removed and added again is written by a
+// replica that never saw its first incarnation. The replica holding the
+// tombstone refuses the write and tells the writer, which republishes
+// above the tombstone; the state arrives without any clock involved.
+func TestTombstoneAnswered(t *testing.T) {
+	ca, err := pki.NewCA("test peer CA", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	a := startReplica(t, "a", ca, key, nil)
+	// a held c1 at a high term (many handovers) and saw it removed.
+	for range 5 {
+		gen := a.store.NextGeneration("c1")
+		if err := a.store.ReplaceCluster("c1", gen, shards("10.0.0.1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.store.RemoveCluster("c1")
+	tomb, ok := a.store.Tombstone("c1")
+	if !ok || tomb.Term < 5 {
+		t.Fatalf("tombstone %v %v", tomb, ok)
+	}
+
+	// b joins later and writes c1's new incarnation from term 1.
+	b := startReplica(t, "b", ca, key, []string{a.gossip})
+	waitFor(t, "peer stream", func() error {
+		if len(b.r.peers.Connected()) != 1 {
+			return fmt.Errorf("b connected to %v", b.r.peers.Connected())
+		}
+		return nil
+	})
+	gen := b.store.NextGeneration("c1")
+	if err := b.store.ReplaceCluster("c1", gen, shards("10.0.0.7")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "re-added cluster replicated", func() error {
+		v, ok := a.store.Version("c1")
+		if !ok || v.Owner != "b" || v.Term <= tomb.Term {
+			return fmt.Errorf("a holds %v (%v), want b's above %v", v, ok, tomb)
+		}
+		if ms := a.store.Service(echo); ms == nil || len(ms.Endpoints) != 1 || ms.Endpoints[0].Address.String() != "10.0.0.7" {
+			return fmt.Errorf("a's view %+v", ms)
+		}
+		return nil
+	})
 }

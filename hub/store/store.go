@@ -16,26 +16,40 @@ import (
 // Options configure a Store.
 type Options struct {
 	// Self is this replica, the owner of its local writes.
-	Self federation.ReplicaID
-	// Publish receives every local write to send to the other replicas. It
-	// is called with the store's lock held, in write order, and must not
-	// block (enqueue). Nil publishes nothing.
-	Publish func(*federation.PeerMessage)
-	Clock   clock.PassiveClock
+	Self  federation.ReplicaID
+	Clock clock.PassiveClock
 }
 
 // Store is the hub's registry of every remote cluster's services.
+//
+// Local writes never leave the store under its lock: each accepted one
+// appends the message that tells the other replicas to the outbox, and the
+// replicator takes it from there (Outbox, TakeOutbox) to encode and send
+// after the lock is released. So a slow peer or a large snapshot never
+// holds up an xDS read of Service.
 type Store struct {
 	opts Options
 
-	mu    sync.Mutex // guards reg, state and dirty
+	mu    sync.Mutex // guards reg, state, writers, lastGen, dirty and outbox
 	reg   *model.Registry
 	state *federation.State
-	dirty map[model.Hostname]struct{}
+	// writers holds, per cluster a local watcher writes, that watcher's
+	// generation and the term it writes under.
+	writers map[model.ClusterID]writer
+	// lastGen is the last generation handed to a local watcher.
+	lastGen model.Generation
+	dirty   map[model.Hostname]struct{}
+	outbox  []*federation.PeerMessage
 
-	// changed has capacity 1: a pending signal stands for any number of
-	// writes since the consumer last called TakeChanged.
-	changed chan struct{}
+	// changed and outboxReady have capacity 1: a pending signal stands for
+	// any number of writes since the consumer last took them.
+	changed, outboxReady chan struct{}
+}
+
+// writer is the local watcher of one cluster.
+type writer struct {
+	gen  model.Generation
+	term uint64
 }
 
 // New returns an empty store.
@@ -45,42 +59,52 @@ func New(opts Options) *Store {
 	}
 	reg := model.NewRegistry()
 	return &Store{
-		opts:    opts,
-		reg:     reg,
-		state:   federation.NewState(reg),
-		dirty:   map[model.Hostname]struct{}{},
-		changed: make(chan struct{}, 1),
+		opts:        opts,
+		reg:         reg,
+		state:       federation.NewState(reg),
+		writers:     map[model.ClusterID]writer{},
+		dirty:       map[model.Hostname]struct{}{},
+		changed:     make(chan struct{}, 1),
+		outboxReady: make(chan struct{}, 1),
 	}
 }
 
-// NextGeneration returns the term under which a new watcher of cluster c
-// writes: higher than any this replica has seen for c, so its snapshot
-// supersedes the previous owner's, and not lower than the clock in
-// milliseconds. The clock floor matters when a cluster is removed and
-// added again and its new owner is a replica that never saw it before:
-// the others keep the removed incarnation's term as a tombstone and refuse
-// anything not newer, and a term counted from 1 would be refused for as
-// long as that replica owns the cluster. A term taken from the clock is
-// newer than the removal (unless the replicas' clocks disagree by more
-// than the time between removal and re-adding).
+// NextGeneration starts a local watcher of cluster c: it returns the
+// generation the watcher writes with, and supersedes every earlier local
+// watcher of c. The watcher's writes go out under a term higher than any
+// this replica has seen for c (federation.State.NextTerm), so its snapshot
+// supersedes the previous owner's. A replica that never saw an earlier
+// incarnation of c (removed, then added again) may pick a term the others
+// hold a tombstone of; they refuse it and say so (Superseded), and the
+// store republishes under a higher term. No clock is read: terms only
+// count.
 func (s *Store) NextGeneration(c model.ClusterID) model.Generation {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return model.Generation(max(s.state.NextTerm(c), uint64(max(s.opts.Clock.Now().UnixMilli(), 0))))
+	s.lastGen++
+	term := s.state.NextTerm(c)
+	s.state.Observe(c, term) // reserved: the next watcher goes higher
+	s.writers[c] = writer{gen: s.lastGen, term: term}
+	return s.lastGen
 }
 
 // ReplaceCluster publishes the whole state of cluster c as listed by this
 // replica's watcher of generation gen. It fails with an error wrapping
-// model.ErrStaleGeneration when another owner has superseded it.
+// model.ErrStaleGeneration when a newer local watcher replaced it, the
+// cluster was removed, or another owner has superseded it.
 func (s *Store) ReplaceCluster(c model.ClusterID, gen model.Generation, shards map[model.Hostname]*model.ServiceShard) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap, changed, err := s.state.LocalSnapshot(c, s.opts.Self, uint64(gen), shards, s.opts.Clock.Now())
+	w, err := s.writerLocked(c, gen)
+	if err != nil {
+		return err
+	}
+	snap, changed, err := s.state.LocalSnapshot(c, s.opts.Self, w.term, shards, s.opts.Clock.Now())
 	if err != nil {
 		return stale(err)
 	}
 	s.markLocked(changed...)
-	s.publishLocked(&federation.PeerMessage{Snapshot: &snap})
+	s.sendLocked(&federation.PeerMessage{Snapshot: &snap})
 	return nil
 }
 
@@ -89,15 +113,63 @@ func (s *Store) ReplaceCluster(c model.ClusterID, gen model.Generation, shards m
 func (s *Store) UpdateShard(c model.ClusterID, gen model.Generation, h model.Hostname, shard *model.ServiceShard) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delta, changed, err := s.state.LocalDelta(c, s.opts.Self, uint64(gen), h, shard, s.opts.Clock.Now())
+	w, err := s.writerLocked(c, gen)
+	if err != nil {
+		return err
+	}
+	delta, changed, err := s.state.LocalDelta(c, s.opts.Self, w.term, h, shard, s.opts.Clock.Now())
 	if err != nil {
 		return stale(err)
 	}
 	if changed {
 		s.markLocked(h)
-		s.publishLocked(&federation.PeerMessage{Delta: &delta})
+		s.sendLocked(&federation.PeerMessage{Delta: &delta})
 	}
 	return nil
+}
+
+// writerLocked returns the local writer of c if it has generation gen.
+func (s *Store) writerLocked(c model.ClusterID, gen model.Generation) (writer, error) {
+	w, ok := s.writers[c]
+	switch {
+	case !ok:
+		return writer{}, fmt.Errorf("cluster %s: no local watcher (removed): %w", c, model.ErrStaleGeneration)
+	case w.gen != gen:
+		return writer{}, fmt.Errorf("cluster %s: watcher generation %d replaced by %d: %w", c, gen, w.gen, model.ErrStaleGeneration)
+	}
+	return w, nil
+}
+
+// Superseded tells the store that a peer refused a write of cluster c
+// because it holds tombstone, the version c had when it was removed (the
+// peer's refusal was ErrRemoved). When tombstone is not older than the
+// term this replica writes c under, the local watcher's state is
+// published again, as a snapshot under a term above the tombstone: a
+// replica that never saw the removed incarnation catches up in one round
+// trip. It reports whether it republished.
+func (s *Store) Superseded(c model.ClusterID, tombstone federation.Version) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.Observe(c, tombstone.Term)
+	w, ok := s.writers[c]
+	if !ok || w.term > tombstone.Term {
+		return false
+	}
+	w.term = s.state.NextTerm(c)
+	s.state.Observe(c, w.term)
+	s.writers[c] = w
+	cur, held := s.state.Version(c)
+	if !held || cur.Owner != s.opts.Self {
+		return false // not published yet: the watcher's snapshot takes the new term
+	}
+	shards := s.reg.ClusterShards(c)
+	snap, changed, err := s.state.LocalSnapshot(c, s.opts.Self, w.term, shards, s.opts.Clock.Now())
+	if err != nil {
+		return false
+	}
+	s.markLocked(changed...)
+	s.sendLocked(&federation.PeerMessage{Snapshot: &snap})
+	return true
 }
 
 // stale marks a refused local write as coming from a superseded watcher.
@@ -108,10 +180,30 @@ func stale(err error) error {
 	return fmt.Errorf("%w: %w", model.ErrStaleGeneration, err)
 }
 
-func (s *Store) publishLocked(m *federation.PeerMessage) {
-	if s.opts.Publish != nil {
-		s.opts.Publish(m)
+// sendLocked appends m to the outbox. The store's lock is held, so nothing
+// is encoded or sent here.
+func (s *Store) sendLocked(m *federation.PeerMessage) {
+	s.outbox = append(s.outbox, m)
+	select {
+	case s.outboxReady <- struct{}{}:
+	default:
 	}
+}
+
+// Outbox signals (coalesced) that TakeOutbox has messages. There must be a
+// single consumer.
+func (s *Store) Outbox() <-chan struct{} { return s.outboxReady }
+
+// TakeOutbox returns, in write order, the messages of the local writes
+// since the last call, for the consumer to send to every peer after the
+// call returns. Sending them in this order keeps each cluster's deltas
+// behind the snapshot they apply on.
+func (s *Store) TakeOutbox() []*federation.PeerMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.outbox
+	s.outbox = nil
+	return out
 }
 
 // ApplySnapshot applies a peer's snapshot (see federation.State).
@@ -135,10 +227,20 @@ func (s *Store) ApplyDelta(d federation.ShardDelta) error {
 }
 
 // RemoveCluster drops every shard of cluster c: its remote secret is gone.
+// A local watcher of c is superseded.
 func (s *Store) RemoveCluster(c model.ClusterID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.writers, c)
 	s.markLocked(s.state.Remove(c)...)
+}
+
+// Tombstone returns the version cluster c had when it was removed here, if
+// it was and has not been added again since.
+func (s *Store) Tombstone(c model.ClusterID) (federation.Version, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Tombstone(c)
 }
 
 // Digest returns the version of every cluster held.
@@ -236,11 +338,25 @@ func (s *Store) Services() []*model.MergedService {
 	return out
 }
 
-// Clusters summarises what the store holds per cluster.
-func (s *Store) Clusters() []model.ClusterSummary {
+// ClusterSummary is what the store holds of one cluster.
+type ClusterSummary struct {
+	model.ClusterSummary
+	// Version is the version of the cluster's state (its Term counts the
+	// owners' syncs of it).
+	Version federation.Version
+}
+
+// Clusters summarises what the store holds per cluster, sorted by ID.
+func (s *Store) Clusters() []ClusterSummary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.reg.Clusters()
+	sums := s.reg.Clusters()
+	out := make([]ClusterSummary, len(sums))
+	for i, sum := range sums {
+		v, _ := s.state.Version(sum.ID)
+		out[i] = ClusterSummary{ClusterSummary: sum, Version: v}
+	}
+	return out
 }
 
 // HasCluster reports whether the state of cluster c is held.

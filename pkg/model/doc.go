@@ -8,11 +8,12 @@
 // a Registry are immutable and may be shared freely between goroutines.
 //
 // Walk-through: a cluster watcher computes, for each Kubernetes Service it
-// sees, a ServiceShard (the Service's ports and the endpoints of that cluster)
-// and hands it to Registry.UpdateShard with the watcher's generation. The
-// Registry records it, returns the hostnames whose merged view changed, and the
-// xDS layer rebuilds only the resources of those hostnames. When a remote
-// secret is rotated, a new watcher with a higher generation replaces the
+// sees, a ServiceShard (the Service's ports and the endpoints of that cluster).
+// federation.State decides whether the write is current (it alone orders the
+// writes of every cluster, local and replicated) and hands it to
+// Registry.UpdateShard. The Registry records it, returns the hostnames whose
+// merged view changed, and the xDS layer rebuilds only the resources of those
+// hostnames. When a remote secret is rotated, a new watcher replaces the
 // cluster's shards in one step (ReplaceCluster) once it has synced, so clients
 // never see the cluster disappear in between.
 package model

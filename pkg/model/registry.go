@@ -8,20 +8,21 @@ import (
 	"strings"
 )
 
-// Generation orders the writers of one cluster's state. The hub hands every
-// cluster watcher a generation larger than any before it, so a Registry can
-// tell a replaced watcher's late writes from the current one's.
+// Generation identifies one local writer of a cluster's state (one
+// cluster watcher): the hub hands every watcher a generation larger than any
+// before it, so that a replaced watcher's late writes can be told from the
+// current one's. Ordering writes across replicas is federation.State's job;
+// the Registry only stores what it is told.
 type Generation uint64
 
-// Errors returned by Registry.
-var (
-	// ErrStaleGeneration means a write came from a watcher that has been
-	// replaced (or whose cluster has been removed); it was ignored.
-	ErrStaleGeneration = errors.New("model: stale generation")
-	// ErrUnknownCluster means a shard update named a cluster whose initial
-	// state was never published with ReplaceCluster.
-	ErrUnknownCluster = errors.New("model: unknown cluster")
-)
+// ErrStaleGeneration means a write came from a watcher that has been
+// replaced (or whose cluster has been removed, or taken over by another
+// replica); it was ignored and the watcher should stop.
+var ErrStaleGeneration = errors.New("model: stale generation")
+
+// ErrUnknownCluster means a shard update named a cluster whose initial
+// state was never set with ReplaceCluster.
+var ErrUnknownCluster = errors.New("model: unknown cluster")
 
 // MergedService is the fleet-wide view of one hostname: the Service and the
 // endpoints of every cluster that has it. It is immutable.
@@ -35,24 +36,21 @@ type MergedService struct {
 
 // ClusterSummary describes what the registry holds for one cluster.
 type ClusterSummary struct {
-	ID         ClusterID  `json:"id"`
-	Generation Generation `json:"generation"`
-	Services   int        `json:"services"`
-	Endpoints  int        `json:"endpoints"`
+	ID        ClusterID `json:"id"`
+	Services  int       `json:"services"`
+	Endpoints int       `json:"endpoints"`
 }
 
 type clusterState struct {
-	gen    Generation
 	shards map[Hostname]*ServiceShard
 }
 
-// Registry merges the service shards of many clusters. The zero value is not
-// usable; call NewRegistry. A Registry is not safe for concurrent use.
+// Registry merges the service shards of many clusters. It stores and
+// merges; it does not order writes (which write wins is decided before a
+// write reaches it, by federation.State). The zero value is not usable;
+// call NewRegistry. A Registry is not safe for concurrent use.
 type Registry struct {
 	clusters map[ClusterID]*clusterState
-	// removed remembers the generation of a removed cluster so that a late
-	// write from its old watcher cannot bring it back.
-	removed map[ClusterID]Generation
 	// byHost indexes which clusters hold a shard of each hostname.
 	byHost map[Hostname]map[ClusterID]struct{}
 	// merged memoizes MergedService per hostname; entries are dropped when a
@@ -64,27 +62,19 @@ type Registry struct {
 func NewRegistry() *Registry {
 	return &Registry{
 		clusters: map[ClusterID]*clusterState{},
-		removed:  map[ClusterID]Generation{},
 		byHost:   map[Hostname]map[ClusterID]struct{}{},
 		merged:   map[Hostname]*MergedService{},
 	}
 }
 
-// ReplaceCluster sets the whole state of cluster c, as listed by a watcher of
-// generation gen, and returns the hostnames whose merged view changed. A
-// write from a generation older than the cluster's current one (or than the
-// one it was removed at) is ignored with ErrStaleGeneration.
-func (r *Registry) ReplaceCluster(c ClusterID, gen Generation, shards map[Hostname]*ServiceShard) ([]Hostname, error) {
-	if err := r.checkNewGen(c, gen); err != nil {
-		return nil, err
-	}
-	delete(r.removed, c)
+// ReplaceCluster sets the whole state of cluster c and returns the
+// hostnames whose merged view changed. Nil shards are ignored.
+func (r *Registry) ReplaceCluster(c ClusterID, shards map[Hostname]*ServiceShard) []Hostname {
 	cs := r.clusters[c]
 	if cs == nil {
 		cs = &clusterState{shards: map[Hostname]*ServiceShard{}}
 		r.clusters[c] = cs
 	}
-	cs.gen = gen
 	var changed []Hostname
 	for h := range cs.shards {
 		if _, keep := shards[h]; !keep {
@@ -93,6 +83,9 @@ func (r *Registry) ReplaceCluster(c ClusterID, gen Generation, shards map[Hostna
 		}
 	}
 	for h, s := range shards {
+		if s == nil {
+			continue
+		}
 		if old := cs.shards[h]; old != nil && old.Equal(s) {
 			continue
 		}
@@ -100,31 +93,17 @@ func (r *Registry) ReplaceCluster(c ClusterID, gen Generation, shards map[Hostna
 		changed = append(changed, h)
 	}
 	slices.Sort(changed)
-	return changed, nil
-}
-
-func (r *Registry) checkNewGen(c ClusterID, gen Generation) error {
-	if cs := r.clusters[c]; cs != nil && gen < cs.gen {
-		return fmt.Errorf("cluster %s: generation %d is older than %d: %w", c, gen, cs.gen, ErrStaleGeneration)
-	}
-	if rg, ok := r.removed[c]; ok && gen <= rg {
-		return fmt.Errorf("cluster %s: generation %d was removed at %d: %w", c, gen, rg, ErrStaleGeneration)
-	}
-	return nil
+	return changed
 }
 
 // UpdateShard sets (or, with a nil shard, deletes) cluster c's shard of
-// hostname h. It reports whether the merged view of h changed.
-func (r *Registry) UpdateShard(c ClusterID, gen Generation, h Hostname, shard *ServiceShard) (bool, error) {
+// hostname h. It reports whether the merged view of h changed, and fails
+// with ErrUnknownCluster when c was never set with ReplaceCluster (or has
+// been removed since).
+func (r *Registry) UpdateShard(c ClusterID, h Hostname, shard *ServiceShard) (bool, error) {
 	cs := r.clusters[c]
 	if cs == nil {
-		if _, ok := r.removed[c]; ok {
-			return false, fmt.Errorf("cluster %s was removed: %w", c, ErrStaleGeneration)
-		}
 		return false, fmt.Errorf("cluster %s: %w", c, ErrUnknownCluster)
-	}
-	if gen != cs.gen {
-		return false, fmt.Errorf("cluster %s: write from generation %d, current is %d: %w", c, gen, cs.gen, ErrStaleGeneration)
 	}
 	if cs.shards[h].Equal(shard) {
 		return false, nil
@@ -134,8 +113,7 @@ func (r *Registry) UpdateShard(c ClusterID, gen Generation, h Hostname, shard *S
 }
 
 // RemoveCluster drops every shard of cluster c and returns the hostnames
-// whose merged view changed. Writes of generations up to the removed one are
-// refused afterwards.
+// whose merged view changed.
 func (r *Registry) RemoveCluster(c ClusterID) []Hostname {
 	cs := r.clusters[c]
 	if cs == nil {
@@ -146,7 +124,6 @@ func (r *Registry) RemoveCluster(c ClusterID) []Hostname {
 		r.setShardLocked(c, cs, h, nil)
 	}
 	delete(r.clusters, c)
-	r.removed[c] = cs.gen
 	return changed
 }
 
@@ -230,7 +207,7 @@ func (r *Registry) Hostnames() []Hostname {
 func (r *Registry) Clusters() []ClusterSummary {
 	out := make([]ClusterSummary, 0, len(r.clusters))
 	for id, cs := range r.clusters {
-		s := ClusterSummary{ID: id, Generation: cs.gen, Services: len(cs.shards)}
+		s := ClusterSummary{ID: id, Services: len(cs.shards)}
 		for _, sh := range cs.shards {
 			s.Endpoints += len(sh.Endpoints)
 		}

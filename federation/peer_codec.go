@@ -1,0 +1,241 @@
+package federation
+
+// The protobuf encoding of PeerMessage (federation/peerpb). Conversion is
+// pure; the transport marshals a broadcast once for every peer.
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+	"unique"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/federation/peerpb"
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// EncodePeerMessage validates m and returns its wire encoding.
+func EncodePeerMessage(m *PeerMessage) ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	data, err := proto.Marshal(toProto(m))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
+	}
+	return data, nil
+}
+
+// DecodePeerMessage decodes and validates one frame. Errors wrap
+// ErrMalformedMessage.
+func DecodePeerMessage(data []byte) (*PeerMessage, error) {
+	m, _, err := decodePeerFrame(data)
+	return m, err
+}
+
+func toProto(m *PeerMessage) *peerpb.PeerMessage {
+	out := &peerpb.PeerMessage{}
+	switch {
+	case m.Hello != nil:
+		h := &peerpb.Hello{Replica: string(m.Hello.Replica), Protocol: int32(m.Hello.Protocol)}
+		if len(m.Hello.Digest) > 0 {
+			h.Digest = make(map[string]*peerpb.Version, len(m.Hello.Digest))
+			for c, v := range m.Hello.Digest {
+				h.Digest[string(c)] = versionToProto(v)
+			}
+		}
+		out.Body = &peerpb.PeerMessage_Hello{Hello: h}
+	case m.Snapshot != nil:
+		s := m.Snapshot
+		ps := &peerpb.ClusterSnapshot{Cluster: string(s.Cluster), Version: versionToProto(s.Version),
+			Shards: make([]*peerpb.Shard, 0, len(s.Shards)), SentUnixNano: unixNano(s.Sent)}
+		for _, sh := range s.Shards {
+			ps.Shards = append(ps.Shards, shardToProto(s.Cluster, sh))
+		}
+		out.Body = &peerpb.PeerMessage_Snapshot{Snapshot: ps}
+	case m.Delta != nil:
+		d := m.Delta
+		out.Body = &peerpb.PeerMessage_Delta{Delta: &peerpb.ShardDelta{
+			Cluster: string(d.Cluster), Version: versionToProto(d.Version), Hostname: string(d.Hostname),
+			Shard: shardToProto(d.Cluster, d.Shard), SentUnixNano: unixNano(d.Sent),
+		}}
+	case len(m.Resync) > 0:
+		r := &peerpb.Resync{Clusters: make([]string, len(m.Resync))}
+		for i, c := range m.Resync {
+			r.Clusters[i] = string(c)
+		}
+		out.Body = &peerpb.PeerMessage_Resync{Resync: r}
+	case m.Superseded != nil:
+		out.Body = &peerpb.PeerMessage_Superseded{Superseded: &peerpb.ClusterTombstone{
+			Cluster: string(m.Superseded.Cluster), Version: versionToProto(m.Superseded.Version),
+		}}
+	case m.proxiesSet():
+		out.Body = &peerpb.PeerMessage_ProxyStatus{ProxyStatus: m.ProxyStatus}
+	case m.trustSet():
+		out.Body = &peerpb.PeerMessage_Trust{Trust: m.Trust}
+	}
+	return out
+}
+
+// fromProto converts a decoded frame. Strings repeated across endpoints
+// and frames (cluster IDs, localities, service accounts, port names) are
+// interned, so that the replicated state holds one copy of each. Shapes
+// that cannot be represented (an address of neither 4 nor 16 bytes) are
+// errors; everything else is left to Validate.
+func fromProto(p *peerpb.PeerMessage) (*PeerMessage, error) {
+	out := &PeerMessage{}
+	switch b := p.Body.(type) {
+	case *peerpb.PeerMessage_Hello:
+		h := &Hello{Replica: ReplicaID(b.Hello.GetReplica()), Protocol: int(b.Hello.GetProtocol())}
+		if len(b.Hello.GetDigest()) > 0 {
+			h.Digest = make(Digest, len(b.Hello.GetDigest()))
+			for c, v := range b.Hello.GetDigest() {
+				h.Digest[model.ClusterID(intern(c))] = versionFromProto(v)
+			}
+		}
+		out.Hello = h
+	case *peerpb.PeerMessage_Snapshot:
+		s := b.Snapshot
+		c := model.ClusterID(intern(s.GetCluster()))
+		snap := &ClusterSnapshot{Cluster: c, Version: versionFromProto(s.GetVersion()),
+			Shards: make(map[model.Hostname]*model.ServiceShard, len(s.GetShards())), Sent: fromUnixNano(s.GetSentUnixNano())}
+		for i, ps := range s.GetShards() {
+			sh, err := shardFromProto(c, ps)
+			if err != nil {
+				return nil, fmt.Errorf("snapshot of %s: shard %d: %w", c, i, err)
+			}
+			if sh.Service == nil {
+				return nil, fmt.Errorf("snapshot of %s: shard %d has no service", c, i)
+			}
+			if _, dup := snap.Shards[sh.Service.Hostname]; dup {
+				return nil, fmt.Errorf("snapshot of %s: hostname %s twice", c, sh.Service.Hostname)
+			}
+			snap.Shards[sh.Service.Hostname] = sh
+		}
+		out.Snapshot = snap
+	case *peerpb.PeerMessage_Delta:
+		d := b.Delta
+		c := model.ClusterID(intern(d.GetCluster()))
+		delta := &ShardDelta{Cluster: c, Version: versionFromProto(d.GetVersion()),
+			Hostname: model.Hostname(d.GetHostname()), Sent: fromUnixNano(d.GetSentUnixNano())}
+		if d.GetShard() != nil {
+			sh, err := shardFromProto(c, d.GetShard())
+			if err != nil {
+				return nil, fmt.Errorf("delta of %s: %w", c, err)
+			}
+			delta.Shard = sh
+		}
+		out.Delta = delta
+	case *peerpb.PeerMessage_Resync:
+		for _, c := range b.Resync.GetClusters() {
+			out.Resync = append(out.Resync, model.ClusterID(c))
+		}
+	case *peerpb.PeerMessage_Superseded:
+		out.Superseded = &ClusterTombstone{
+			Cluster: model.ClusterID(b.Superseded.GetCluster()), Version: versionFromProto(b.Superseded.GetVersion()),
+		}
+	case *peerpb.PeerMessage_Trust:
+		out.Trust = b.Trust
+	case *peerpb.PeerMessage_ProxyStatus:
+		out.ProxyStatus = b.ProxyStatus
+	}
+	return out, nil
+}
+
+func versionToProto(v Version) *peerpb.Version {
+	return &peerpb.Version{Term: v.Term, Seq: v.Seq, Owner: string(v.Owner)}
+}
+
+func versionFromProto(v *peerpb.Version) Version {
+	return Version{Term: v.GetTerm(), Seq: v.GetSeq(), Owner: ReplicaID(intern(v.GetOwner()))}
+}
+
+// shardToProto encodes a shard of cluster c; endpoints of c leave their
+// cluster out. A nil shard is nil (a deletion).
+func shardToProto(c model.ClusterID, s *model.ServiceShard) *peerpb.Shard {
+	if s == nil {
+		return nil
+	}
+	out := &peerpb.Shard{Endpoints: make([]*peerpb.Endpoint, len(s.Endpoints))}
+	if svc := s.Service; svc != nil {
+		ps := &peerpb.Service{Hostname: string(svc.Hostname), Name: svc.Name, Namespace: svc.Namespace,
+			Ports: make([]*peerpb.ServicePort, len(svc.Ports))}
+		for i, p := range svc.Ports {
+			ps.Ports[i] = &peerpb.ServicePort{Name: p.Name, Port: p.Port, Protocol: string(p.Protocol)}
+		}
+		out.Service = ps
+	}
+	// One allocation for every endpoint of the shard.
+	eps := make([]peerpb.Endpoint, len(s.Endpoints))
+	for i := range s.Endpoints {
+		e, pe := &s.Endpoints[i], &eps[i]
+		if e.Cluster != c {
+			pe.Cluster = string(e.Cluster)
+		}
+		if e.Address.IsValid() {
+			pe.Address = e.Address.AsSlice()
+		}
+		pe.Region, pe.Zone, pe.SubZone = e.Locality.Region, e.Locality.Zone, e.Locality.SubZone
+		pe.Ready, pe.ServiceAccount, pe.Pod, pe.Ports = e.Ready, e.ServiceAccount, e.Pod, e.Ports
+		out.Endpoints[i] = pe
+	}
+	return out
+}
+
+func shardFromProto(c model.ClusterID, p *peerpb.Shard) (*model.ServiceShard, error) {
+	out := &model.ServiceShard{Endpoints: make([]model.Endpoint, len(p.GetEndpoints()))}
+	if ps := p.GetService(); ps != nil {
+		svc := &model.Service{Hostname: model.Hostname(ps.GetHostname()), Name: ps.GetName(), Namespace: intern(ps.GetNamespace()),
+			Ports: make([]model.ServicePort, len(ps.GetPorts()))}
+		for i, pp := range ps.GetPorts() {
+			svc.Ports[i] = model.ServicePort{Name: intern(pp.GetName()), Port: pp.GetPort(), Protocol: model.Protocol(intern(pp.GetProtocol()))}
+		}
+		out.Service = svc
+	}
+	for i, pe := range p.GetEndpoints() {
+		e := &out.Endpoints[i]
+		e.Cluster = c
+		if pe.GetCluster() != "" {
+			e.Cluster = model.ClusterID(intern(pe.GetCluster()))
+		}
+		if a := pe.GetAddress(); len(a) > 0 {
+			addr, ok := netip.AddrFromSlice(a)
+			if !ok {
+				return nil, fmt.Errorf("endpoint %d: address of %d bytes", i, len(a))
+			}
+			e.Address = addr
+		}
+		e.Locality = model.Locality{Region: intern(pe.GetRegion()), Zone: intern(pe.GetZone()), SubZone: intern(pe.GetSubZone())}
+		e.Ready, e.ServiceAccount, e.Pod = pe.GetReady(), intern(pe.GetServiceAccount()), pe.GetPod()
+		if len(pe.GetPorts()) > 0 {
+			e.Ports = make(map[string]uint32, len(pe.GetPorts()))
+			for name, port := range pe.GetPorts() {
+				e.Ports[intern(name)] = port
+			}
+		}
+	}
+	return out, nil
+}
+
+// intern returns the canonical copy of s.
+func intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
