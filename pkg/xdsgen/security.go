@@ -128,6 +128,9 @@ func upstreamTLS(sans []string) *corev3.TransportSocket {
 			SanType: tlsv3.SubjectAltNameMatcher_URI,
 			Matcher: exact,
 		})
+		// grpc-go v1.85 reads SAN matchers only from the deprecated field
+		// (DESIGN.md, measured facts): set both.
+		//lint:ignore SA1019 grpc-go reads only this field
 		vc.MatchSubjectAltNames = append(vc.MatchSubjectAltNames,
 			&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: san}})
 	}
