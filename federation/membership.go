@@ -510,7 +510,7 @@ func (d eventDelegate) NotifyJoin(n *memberlist.Node) {
 	mem := d.m.memberFromNode(n)
 	d.m.metrics.members.Set(float64(d.m.setMember(mem)))
 	d.m.metrics.events.WithLabelValues("join").Inc()
-	d.m.log.Info("member joined", "member", mem.ID, "gossip", mem.GossipAddr, "peer", mem.PeerAddr)
+	d.m.logEvent("member joined", "member", mem.ID, "gossip", mem.GossipAddr, "peer", mem.PeerAddr)
 	d.m.notifyChanged()
 }
 
@@ -520,7 +520,7 @@ func (d eventDelegate) NotifyLeave(n *memberlist.Node) {
 	// A graceful leave and a death look the same here: memberlist v0.7.0
 	// tracks left versus dead in its own nodeState.State and leaves the
 	// Node.State it passes to delegates unset.
-	d.m.log.Info("member left", "member", n.Name, "gossip", n.Address())
+	d.m.logEvent("member left", "member", n.Name, "gossip", n.Address())
 	d.m.notifyChanged()
 }
 
@@ -528,8 +528,18 @@ func (d eventDelegate) NotifyUpdate(n *memberlist.Node) {
 	mem := d.m.memberFromNode(n)
 	d.m.metrics.members.Set(float64(d.m.setMember(mem)))
 	d.m.metrics.events.WithLabelValues("update").Inc()
-	d.m.log.Info("member updated", "member", mem.ID, "gossip", mem.GossipAddr, "peer", mem.PeerAddr)
+	d.m.logEvent("member updated", "member", mem.ID, "gossip", mem.GossipAddr, "peer", mem.PeerAddr)
 	d.m.notifyChanged()
+}
+
+// logEvent logs a membership event unless memberlist is shutting down:
+// its suspicion timers may still declare a member dead after Shutdown
+// returns, when whoever owns the logger (a test, say) has gone.
+func (m *Membership) logEvent(msg string, kv ...any) {
+	if m.shutdown.Load() {
+		return
+	}
+	m.log.Info(msg, kv...)
 }
 
 // digestInbox holds the latest undelivered Digest of each peer.
