@@ -30,9 +30,38 @@ var contracts = map[string][]string{
 	module + "/pkg/testutil": {},
 }
 
+// within narrows, for some packages, the packages of the module they may
+// import (outside their tests) to those under these prefixes. Fleet status
+// is replicated state joined from local parts it reads through small
+// interfaces (xds.StatusTracker, trustsvc.Service): it imports no other
+// package of the hub.
+var within = map[string][]string{
+	module + "/hub/fleetstatus": {module + "/federation", module + "/pkg/"},
+}
+
+// apart lists, for some packages, the prefixes of the module they must not
+// import (outside their tests). The xDS server keeps its own per-stream
+// status and answers CSDS from a StatusSource: it knows nothing of
+// replication, the replicas or the fleet view built from them.
+var apart = map[string][]string{
+	module + "/hub/xds": {module + "/federation", module + "/hub/replication", module + "/hub/fleetstatus"},
+}
+
 // testOnly are packages only tests may import: a _test.go file anywhere,
 // or any package under e2e/ (the fleet framework and demo are test code).
 var testOnly = []string{module + "/pkg/testutil"}
+
+// ioPackages are what a pure core must not import: the network, the file
+// system, the Kubernetes clients, the gossip and the peer stream. The pure
+// cores (federation's state merge and wire types, the model, xDS
+// generation) return what to do; their shells do it.
+var ioPackages = []string{
+	"net/http", "os", "os/exec", "google.golang.org/grpc", "github.com/hashicorp/memberlist",
+	"k8s.io/client-go", "sigs.k8s.io/controller-runtime", "sigs.k8s.io/multicluster-runtime",
+	module + "/federation/gossip", module + "/federation/peerstream",
+}
+
+var pureCores = []string{module + "/federation", module + "/pkg/model", module + "/pkg/xdsgen"}
 
 func room(importPath string) string {
 	rest := strings.TrimPrefix(strings.TrimPrefix(importPath, module), "/")
@@ -83,6 +112,27 @@ func TestImportRules(t *testing.T) {
 				}
 			}
 		}
+		if prefixes, narrowed := within[p.ImportPath]; narrowed {
+			for _, imp := range p.Imports {
+				if strings.HasPrefix(imp, module+"/") && !hasPrefix(imp, prefixes) {
+					t.Errorf("%s imports %s: it may import only %v of the module", p.ImportPath, imp, prefixes)
+				}
+			}
+		}
+		for _, imp := range p.Imports {
+			if hasPrefix(imp, apart[p.ImportPath]) {
+				t.Errorf("%s imports %s: it must not import %v", p.ImportPath, imp, apart[p.ImportPath])
+			}
+		}
+		if contains(pureCores, p.ImportPath) {
+			for _, imp := range p.Imports {
+				for _, io := range ioPackages {
+					if imp == io || strings.HasPrefix(imp, io+"/") {
+						t.Errorf("%s imports %s: a pure core imports no I/O package (%v)", p.ImportPath, imp, ioPackages)
+					}
+				}
+			}
+		}
 		if from != "e2e" {
 			for _, imp := range p.Imports {
 				if contains(testOnly, imp) {
@@ -103,6 +153,17 @@ func TestImportRules(t *testing.T) {
 func contains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// hasPrefix reports whether path is the package of one of prefixes or a
+// package under it.
+func hasPrefix(path string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if path == strings.TrimSuffix(p, "/") || strings.HasPrefix(path, strings.TrimSuffix(p, "/")+"/") {
 			return true
 		}
 	}

@@ -3,7 +3,7 @@
 //
 // Walk-through:
 //
-//   - Membership (membership.go) runs hashicorp/memberlist: who is alive,
+//   - Membership (package gossip) runs hashicorp/memberlist: who is alive,
 //     encrypted gossip, graceful leave. Members advertise their peer gRPC
 //     address in their node metadata, and push/pull state carries each
 //     replica's Digest: the Version of every cluster it owns.
@@ -20,12 +20,17 @@
 //   - TrustBundle (trust.go) is the replicated set of root certificates,
 //     merged by union, with tombstones so a late message cannot bring back a
 //     removed root.
-//   - The peer transport (peer.go) moves bulk state between replicas over a
+//   - The peer transport (package peerstream) moves bulk state between replicas over a
 //     gRPC stream with mutual TLS: catch-up snapshots on connect, then the
-//     owner's deltas as they happen; gossip only carries digests. Frames
-//     are protobuf (peerpb, peer_codec.go), encoded once per broadcast and
-//     validated on receipt (peer_wire.go); repeated strings are interned as
-//     they are decoded.
+//     owner's deltas as they happen; gossip only carries digests. Its
+//     frames are this package's wire types (peer_wire.go): protobuf
+//     (peerpb, peer_codec.go), encoded once per broadcast and validated on
+//     receipt; repeated strings are interned as they are decoded.
+//
+// This package is the pure core: state, trust bundle, ownership, wire
+// types. It imports no I/O package (the import-rule test checks it); the
+// I/O lives in its subpackages gossip and peerstream, and in the hub's
+// replication package.
 //
 // Terms only count; no clock picks them. A replica that writes a cluster
 // removed and added again, without having seen the removal, may pick a

@@ -28,10 +28,27 @@ func EncodePeerMessage(m *PeerMessage) ([]byte, error) {
 }
 
 // DecodePeerMessage decodes and validates one frame. Errors wrap
-// ErrMalformedMessage.
+// ErrMalformedMessage, and also ErrUndecodable when data is not the
+// protobuf of a PeerMessage at all.
 func DecodePeerMessage(data []byte) (*PeerMessage, error) {
-	m, _, err := decodePeerFrame(data)
-	return m, err
+	var p peerpb.PeerMessage
+	if err := proto.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("%w: %w: %w", ErrMalformedMessage, ErrUndecodable, err)
+	}
+	m, err := fromProto(&p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w: %w", ErrMalformedMessage, ErrUndecodable, err)
+	}
+	if !m.trustSet() {
+		m.Trust = nil
+	}
+	if !m.proxiesSet() {
+		m.ProxyStatus = nil
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 func toProto(m *PeerMessage) *peerpb.PeerMessage {

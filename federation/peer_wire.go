@@ -8,40 +8,44 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/meshfed/meshfed/federation/peerpb"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
-// Kinds of frames, the "kind" label of the message metrics.
-const (
-	peerKindHello    = "hello"
-	peerKindSnapshot = "snapshot"
-	peerKindDelta    = "delta"
-	peerKindResync   = "resync"
-	peerKindRemoved  = "superseded"
-	peerKindTrust    = "trust"
-	peerKindProxies  = "proxy_status"
+// Errors of the wire format.
+var (
+	// ErrMalformedMessage means a PeerMessage breaks the rules of
+	// PeerMessage.Validate, or a frame is not the encoding of one. The
+	// wrapping error says what is wrong.
+	ErrMalformedMessage = errors.New("federation: malformed peer message")
+	// ErrUndecodable means a frame is not the protobuf of a PeerMessage
+	// at all; it also wraps ErrMalformedMessage.
+	ErrUndecodable = errors.New("federation: undecodable peer frame")
 )
 
-var peerKinds = []string{peerKindHello, peerKindSnapshot, peerKindDelta, peerKindResync, peerKindRemoved, peerKindTrust, peerKindProxies}
+// PeerProtocol is the version of the frames this replica speaks. A peer
+// whose Hello names another version is refused. Add fields freely (unknown
+// fields are ignored); bump the version only for a change an older replica
+// would misread. Version 2: frames are protobuf (federation/peerpb), no
+// longer JSON; a version-1 replica's frames are refused as undecodable.
+const PeerProtocol = 2
 
-// Reasons of meshfed_federation_peer_messages_rejected_total.
+// Kinds of PeerMessage (Kind), one per field: the "kind" label of the peer
+// stream's metrics and the key its handlers register under.
 const (
-	peerRejectDecode     = "decode"      // frame is not the protobuf of a PeerMessage
-	peerRejectInvalid    = "invalid"     // PeerMessage.Validate failed
-	peerRejectNoHello    = "no_hello"    // first frame is not a Hello, or none came in time
-	peerRejectHelloAgain = "hello_again" // a Hello after the first frame
-	peerRejectIdentity   = "identity"    // Hello or certificate names another replica
-	peerRejectDirection  = "direction"   // a replica dialed although this one dials it
-	peerRejectProtocol   = "protocol"    // Hello names another protocol version
+	KindHello       = "hello"
+	KindSnapshot    = "snapshot"
+	KindDelta       = "delta"
+	KindResync      = "resync"
+	KindSuperseded  = "superseded"
+	KindTrust       = "trust"
+	KindProxyStatus = "proxy_status"
 )
 
-var peerRejectReasons = []string{
-	peerRejectDecode, peerRejectInvalid, peerRejectNoHello, peerRejectHelloAgain,
-	peerRejectIdentity, peerRejectDirection, peerRejectProtocol,
+// PeerKinds lists every kind of PeerMessage.
+func PeerKinds() []string {
+	return []string{KindHello, KindSnapshot, KindDelta, KindResync, KindSuperseded, KindTrust, KindProxyStatus}
 }
 
 // Hello is the first frame each way on a peer stream.
@@ -95,23 +99,23 @@ func rawSet(raw json.RawMessage) bool {
 	return len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
 
-// kind names the field that is set, for metrics and logs.
-func (m *PeerMessage) kind() string {
+// Kind names the field that is set (one of PeerKinds).
+func (m *PeerMessage) Kind() string {
 	switch {
 	case m.Hello != nil:
-		return peerKindHello
+		return KindHello
 	case m.Snapshot != nil:
-		return peerKindSnapshot
+		return KindSnapshot
 	case m.Delta != nil:
-		return peerKindDelta
+		return KindDelta
 	case len(m.Resync) > 0:
-		return peerKindResync
+		return KindResync
 	case m.Superseded != nil:
-		return peerKindRemoved
+		return KindSuperseded
 	case m.proxiesSet():
-		return peerKindProxies
+		return KindProxyStatus
 	default:
-		return peerKindTrust
+		return KindTrust
 	}
 }
 
@@ -122,7 +126,7 @@ func (m *PeerMessage) kind() string {
 // DNS subdomains whose shards describe that same hostname with valid
 // endpoint addresses; resync lists valid cluster IDs; trust is JSON; a
 // Hello names a valid replica and a protocol. Sizes are bounded by the
-// frame, MaxPeerFrameBytes. Errors wrap ErrMalformedMessage.
+// frame the transport accepts. Errors wrap ErrMalformedMessage.
 func (m *PeerMessage) Validate() error {
 	if m == nil {
 		return fmt.Errorf("%w: nil message", ErrMalformedMessage)
@@ -271,10 +275,13 @@ func checkClusterID(c model.ClusterID) error {
 	return nil
 }
 
-// checkReplicaID checks that id can be a path segment of a SPIFFE ID:
-// letters, digits, '.', '-', '_', not "." or "..", at most 253 bytes.
-// Memberlist node names (host names) fit.
-func checkReplicaID(id ReplicaID) error {
+// checkReplicaID is ReplicaID.Validate.
+func checkReplicaID(id ReplicaID) error { return id.Validate() }
+
+// Validate checks that id can be a path segment of a SPIFFE ID: letters,
+// digits, '.', '-', '_', not "." or "..", at most 253 bytes. Memberlist
+// node names (host names) fit.
+func (id ReplicaID) Validate() error {
 	if id == "" {
 		return errors.New("replica ID is empty")
 	}
@@ -290,49 +297,4 @@ func checkReplicaID(id ReplicaID) error {
 		}
 	}
 	return nil
-}
-
-// peerFrame is an encoded PeerMessage, ready to send to any number of
-// peers: a broadcast is marshalled once.
-type peerFrame struct {
-	kind string
-	data []byte
-}
-
-// encodePeerFrame validates and marshals m.
-func encodePeerFrame(m *PeerMessage) (peerFrame, error) {
-	data, err := EncodePeerMessage(m)
-	if err != nil {
-		return peerFrame{}, err
-	}
-	if len(data) > MaxPeerFrameBytes-peerFrameOverhead {
-		return peerFrame{}, fmt.Errorf("%w: %s frame of %d bytes, more than %d", ErrMalformedMessage, m.kind(), len(data), MaxPeerFrameBytes-peerFrameOverhead)
-	}
-	return peerFrame{kind: m.kind(), data: data}, nil
-}
-
-// decodePeerFrame unmarshals and validates a received frame. On error it
-// also returns the rejection reason.
-func decodePeerFrame(data []byte) (*PeerMessage, string, error) {
-	if len(data) > MaxPeerFrameBytes {
-		return nil, peerRejectDecode, fmt.Errorf("%w: frame of %d bytes", ErrMalformedMessage, len(data))
-	}
-	var p peerpb.PeerMessage
-	if err := proto.Unmarshal(data, &p); err != nil {
-		return nil, peerRejectDecode, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
-	}
-	m, err := fromProto(&p)
-	if err != nil {
-		return nil, peerRejectDecode, fmt.Errorf("%w: %w", ErrMalformedMessage, err)
-	}
-	if !m.trustSet() {
-		m.Trust = nil
-	}
-	if !m.proxiesSet() {
-		m.ProxyStatus = nil
-	}
-	if err := m.Validate(); err != nil {
-		return nil, peerRejectInvalid, err
-	}
-	return m, "", nil
 }

@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/federation/gossip"
+	"github.com/meshfed/meshfed/federation/peerstream"
 	"github.com/meshfed/meshfed/hub/replication"
 	"github.com/meshfed/meshfed/pkg/pki"
 )
@@ -31,14 +33,14 @@ const (
 	peerCAKeyKey  = "ca-key.pem"
 )
 
-func newReplicator(ctx context.Context, opts Options, c client.Client, log logr.Logger, reg prometheus.Registerer) (*replication.Replicator, error) {
+func newReplicator(ctx context.Context, opts Options, c client.Client, deps replication.Deps, log logr.Logger, reg prometheus.Registerer) (*replication.Replicator, error) {
 	var key []byte
 	if opts.GossipKeyFile != "" {
 		raw, err := os.ReadFile(opts.GossipKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("hub: gossip key: %w", err)
 		}
-		if key, err = federation.ParseGossipKey(raw); err != nil {
+		if key, err = gossip.ParseGossipKey(raw); err != nil {
 			return nil, fmt.Errorf("hub: gossip key %s: %w", opts.GossipKeyFile, err)
 		}
 	} else {
@@ -49,14 +51,13 @@ func newReplicator(ctx context.Context, opts Options, c client.Client, log logr.
 		return nil, err
 	}
 	return replication.New(replication.Options{
-		Self:          federation.ReplicaID(opts.ReplicaID),
-		WatchReplicas: opts.WatchReplicas,
-		GossipAddr:    opts.GossipAddr, GossipAdvertiseAddr: opts.GossipAdvertiseAddr,
+		Self:       federation.ReplicaID(opts.ReplicaID),
+		GossipAddr: opts.GossipAddr, GossipAdvertiseAddr: opts.GossipAdvertiseAddr,
 		Join: opts.Join, GossipKey: key,
 		PeerAddr: opts.PeerAddr, PeerAdvertiseAddr: peerAdvertiseAddr(opts),
 		ServerTLS: serverTLS, ClientTLS: clientTLS,
 		Log: log.WithName("federation"), Metrics: reg, Clock: opts.Clock,
-	})
+	}, deps)
 }
 
 // peerAdvertiseAddr is the address other replicas dial: the explicit one,
@@ -81,7 +82,7 @@ func peerAdvertiseAddr(opts Options) string {
 // given, else from the config cluster's peer CA.
 func peerTLS(ctx context.Context, opts Options, c client.Client, log logr.Logger) (server, client *tls.Config, err error) {
 	if opts.PeerTLSCert != "" || opts.PeerTLSKey != "" || opts.PeerTLSCA != "" {
-		server, client, err = federation.LoadPeerTLS(opts.PeerTLSCert, opts.PeerTLSKey, opts.PeerTLSCA)
+		server, client, err = peerstream.LoadPeerTLS(opts.PeerTLSCert, opts.PeerTLSKey, opts.PeerTLSCA)
 		if err != nil {
 			return nil, nil, fmt.Errorf("hub: peer TLS files: %w", err)
 		}
@@ -91,14 +92,14 @@ func peerTLS(ctx context.Context, opts Options, c client.Client, log logr.Logger
 	if err != nil {
 		return nil, nil, err
 	}
-	cert, err := federation.PeerCertificate(ca, federation.ReplicaID(opts.ReplicaID), opts.Clock.Now())
+	cert, err := peerstream.PeerCertificate(ca, federation.ReplicaID(opts.ReplicaID), opts.Clock.Now())
 	if err != nil {
 		return nil, nil, fmt.Errorf("hub: peer certificate: %w", err)
 	}
 	log.Info("peer certificate issued from the config cluster's peer CA", "secret", opts.Namespace+"/"+PeerCASecret)
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	server, client = federation.PeerTLS(pool, cert)
+	server, client = peerstream.PeerTLS(pool, cert)
 	return server, client, nil
 }
 

@@ -25,10 +25,12 @@ import (
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/hub/fleetstatus"
 	"github.com/meshfed/meshfed/hub/monitoring"
 	"github.com/meshfed/meshfed/hub/remotes"
+	"github.com/meshfed/meshfed/hub/replication"
 	"github.com/meshfed/meshfed/hub/store"
-	"github.com/meshfed/meshfed/hub/trustsvc"
+	"github.com/meshfed/meshfed/hub/trust"
 	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -167,12 +169,13 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("hub: config cluster client: %w", err)
 	}
-	repl, err := newReplicator(ctx, opts, configClient, log, reg)
-	if err != nil {
-		return err
-	}
-	st := store.New(store.Options{Self: federation.ReplicaID(opts.ReplicaID), Clock: opts.Clock})
-	repl.SetStore(st)
+	// Built in dependency order: what the replicator replicates (the
+	// store, the trust bundle, the fleet status) and the ownership it keeps
+	// current come first; the replicator last.
+	self := federation.ReplicaID(opts.ReplicaID)
+	own := replication.NewOwnership(self, opts.WatchReplicas)
+	bundle := replication.NewTrust(self, opts.Clock, log.WithName("trust"), reg)
+	st := store.New(store.Options{Self: self, Clock: opts.Clock})
 	status := remotes.NewStatus(opts.Clock, reg)
 	watcher := remotes.NewWatcher(remotes.WatcherOptions{
 		Sink: st, Status: status, DomainSuffix: opts.DomainSuffix,
@@ -180,7 +183,7 @@ func Run(ctx context.Context, opts Options) error {
 		Clock: opts.Clock, Log: log.WithName("watcher"),
 	})
 	provider := remotes.NewProvider(remotes.ProviderOptions{
-		Remover: st, Status: status, Ownership: repl.Ownership(), Log: log.WithName("remotes"),
+		Remover: st, Status: status, Ownership: own, Log: log.WithName("remotes"),
 	})
 	mgr, err := mcmanager.New(cfg, provider, manager.Options{
 		Scheme:                 scheme,
@@ -193,27 +196,40 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("hub: manager: %w", err)
 	}
 	provider.SetupWithManager(mgr.GetLocalManager())
-	caServer, err := newCA(ctx, opts, configClient, provider, repl, log, reg)
-	if err != nil {
-		return err
+	var caServer *trust.CA
+	if opts.CAAddr != "" {
+		caServer, err = trust.New(ctx, trust.Options{
+			Client: configClient, Namespace: opts.Namespace, Replica: self,
+			TrustDomain: opts.TrustDomain, Audiences: opts.CAAudiences, Clusters: provider, Bundle: bundle,
+			CertTTL: opts.WorkloadCertTTL, MaxCertTTL: opts.MaxWorkloadCertTTL, DNSNames: opts.CADNSNames,
+			RetireGrace: opts.RootRetireGrace, RootSpread: opts.RootSpread,
+			Clock: opts.Clock, Metrics: reg, Log: log,
+		})
+		if err != nil {
+			return fmt.Errorf("hub: %w", err)
+		}
 	}
 	if err := mgr.Add(watcher); err != nil {
 		return err
 	}
 
+	tracker := xds.NewStatusTracker(opts.ReplicaID, opts.Clock, reg)
+	var spokes fleetstatus.Spokes
+	if caServer != nil {
+		spokes = caServer.Spokes()
+	}
+	fleet := fleetstatus.New(fleetstatus.Options{Self: self, Proxies: tracker, Spokes: spokes})
 	xdsServer := xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
 		Replica: opts.ReplicaID, Clock: opts.Clock,
 		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain.String(),
+		Tracker: tracker, StatusSource: fleet,
 	})
-	var spokes func() []trustsvc.SpokeStatus
-	var spokesChanged <-chan struct{}
-	if caServer != nil {
-		spokes, spokesChanged = caServer.trust.Spokes, caServer.trust.SpokesChanged()
+	repl, err := newReplicator(ctx, opts, configClient,
+		replication.Deps{Store: st, Trust: bundle, Proxies: fleet, Ownership: own}, log, reg)
+	if err != nil {
+		return err
 	}
-	proxies := newProxyStatus(opts.ReplicaID, xdsServer.Status(), spokes, spokesChanged)
-	xdsServer.SetStatusSource(proxies)
-	repl.SetProxyStatus(proxies)
 	ready := newReadiness(opts, provider, status, st)
 	mon := monitoring.New(monitoring.Options{
 		Addr:     opts.MonitoringAddr,
@@ -222,9 +238,9 @@ func Run(ctx context.Context, opts Options) error {
 		Debug: map[string]func(*http.Request) any{
 			debugdoc.RegistryzName:   func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
 			debugdoc.FederationzName: func(*http.Request) any { return repl.Federationz() },
-			debugdoc.ProxyStatusName: func(*http.Request) any { return proxystatus.JSONDocument{Proxies: proxies.All()} },
-			debugdoc.TrustzName:      func(*http.Request) any { return trustz(repl.TrustRoots()) },
-			debugdoc.SpokezName:      func(*http.Request) any { return proxies.Spokes(opts.Clock.Now()) },
+			debugdoc.ProxyStatusName: func(*http.Request) any { return proxystatus.JSONDocument{Proxies: fleet.All()} },
+			debugdoc.TrustzName:      func(*http.Request) any { return trust.Trustz(bundle.TrustRoots()) },
+			debugdoc.SpokezName:      func(*http.Request) any { return fleet.Spokes(opts.Clock.Now()) },
 		},
 		Log: log.WithName("monitoring"),
 	})
@@ -234,15 +250,9 @@ func Run(ctx context.Context, opts Options) error {
 	g.Go(func() error { return xdsServer.Run(ctx) })
 	g.Go(func() error { return mon.Run(ctx) })
 	g.Go(func() error { return repl.Run(ctx) })
-	g.Go(func() error { proxies.run(ctx); return nil })
+	g.Go(func() error { fleet.Run(ctx); return nil })
 	if caServer != nil {
-		if err := caServer.publishRoots(caServer.keys.Current(), nil); err != nil {
-			return err
-		}
-		caServer.restoreRetiring(ctx)
-		g.Go(func() error { return caServer.keys.Run(ctx) })
-		g.Go(func() error { return caServer.trust.Run(ctx) })
-		g.Go(func() error { return caServer.server.Serve(ctx, opts.CAAddr) })
+		g.Go(func() error { return caServer.Run(ctx, opts.CAAddr) })
 	}
 	return g.Wait()
 }

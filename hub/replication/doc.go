@@ -1,7 +1,20 @@
 // Package replication is the I/O shell around package federation for the
-// hub: it runs membership and the peer transport, decides which clusters
-// this replica owns, feeds what peers send into the hub's store, and
-// answers their catch-up requests.
+// hub: it runs membership (federation/gossip) and the peer stream
+// (federation/peerstream), and registers one small replicator per kind of
+// replicated state on the stream's mux:
+//
+//   - clusters (clusters.go): the store's local writes go out from its
+//     outbox, with no store lock held; what peers send is applied; catch-up
+//     and resync requests are answered; a writer is told of a tombstone;
+//   - Trust (trust.go): the federated trust bundle, sent whole when it
+//     changes and merged by union, with the retirement deadlines;
+//   - fleet (fleet.go): proxy-status records, batched;
+//   - members (members.go): ownership and peer connections follow the live
+//     members.
+//
+// Everything is built in dependency order, without setters: the store, the
+// trust bundle (NewTrust), the fleet status and the Ownership (NewOwnership)
+// first, then New, which wires them to the peers.
 //
 // Ownership follows the live members that memberlist reports, with one
 // shortcut: a member whose peer stream breaks is set aside at once (as

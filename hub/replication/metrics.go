@@ -1,6 +1,10 @@
 package replication
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/hub/store"
+)
 
 type metrics struct {
 	members   prometheus.Gauge
@@ -51,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // registerOwned exports how many clusters this replica watches.
-func (r *Replicator) registerOwned(reg prometheus.Registerer) {
+func (r *Replicator) registerOwned(reg prometheus.Registerer, st *store.Store, own *Ownership) {
 	if reg == nil {
 		return
 	}
@@ -60,50 +64,11 @@ func (r *Replicator) registerOwned(reg prometheus.Registerer) {
 		Help: "Remote clusters this replica watches (owns).",
 	}, func() float64 {
 		n := 0
-		for c := range r.digest() {
-			if r.own.Owns(c) {
+		for c := range st.Digest() {
+			if own.Owns(c) {
 				n++
 			}
 		}
 		return float64(n)
-	}))
-}
-
-// registerTrust exports the federated trust bundle, read at scrape time:
-// its roots by state, and when the first of them expires (alert on it: an
-// expired root breaks every handshake under it).
-func (r *Replicator) registerTrust(reg prometheus.Registerer) {
-	if reg == nil {
-		return
-	}
-	count := func(retiring bool) func() float64 {
-		return func() float64 {
-			n := 0
-			for _, root := range r.TrustRoots() {
-				if !root.RetireAt.IsZero() == retiring {
-					n++
-				}
-			}
-			return float64(n)
-		}
-	}
-	for state, retiring := range map[string]bool{"active": false, "retiring": true} {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "meshfed_trust_bundle_roots",
-			Help:        "Roots of the federated trust bundle, by state: active, or retiring after a rotation.",
-			ConstLabels: prometheus.Labels{"state": state},
-		}, count(retiring)))
-	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "meshfed_trust_bundle_first_expiry_timestamp_seconds",
-		Help: "When the first root of the federated trust bundle expires (Unix time); 0 when the bundle is empty.",
-	}, func() float64 {
-		var first float64
-		for _, root := range r.TrustRoots() {
-			if t := float64(root.NotAfter.Unix()); !root.NotAfter.IsZero() && (first == 0 || t < first) {
-				first = t
-			}
-		}
-		return first
 	}))
 }

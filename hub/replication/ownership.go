@@ -9,9 +9,11 @@ import (
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
-// ownership is the set of live, unsuspected members and the rendezvous
-// ranking over it. It implements remotes.Ownership.
-type ownership struct {
+// Ownership is the set of live, unsuspected members and the rendezvous
+// ranking over it: which clusters this replica watches. It implements
+// remotes.Ownership. Build it with NewOwnership before the remote-cluster
+// provider that asks it, and hand it to New, which keeps it current.
+type Ownership struct {
 	self federation.ReplicaID
 	n    int
 
@@ -22,8 +24,11 @@ type ownership struct {
 	changed chan struct{}
 }
 
-func newOwnership(self federation.ReplicaID, n int) *ownership {
-	return &ownership{
+// NewOwnership returns the ownership of replica self, alone until New's
+// Replicator learns the members, with n (at least 1) owners per cluster.
+func NewOwnership(self federation.ReplicaID, n int) *Ownership {
+	n = max(n, 1)
+	return &Ownership{
 		self: self, n: n,
 		members:   []federation.ReplicaID{self},
 		suspected: map[federation.ReplicaID]bool{},
@@ -32,24 +37,24 @@ func newOwnership(self federation.ReplicaID, n int) *ownership {
 }
 
 // Owns reports whether this replica watches cluster c.
-func (o *ownership) Owns(c model.ClusterID) bool {
+func (o *Ownership) Owns(c model.ClusterID) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return federation.Owns(o.self, c, o.members, o.n)
 }
 
-func (o *ownership) owners(c model.ClusterID) []federation.ReplicaID {
+func (o *Ownership) owners(c model.ClusterID) []federation.ReplicaID {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return federation.Owners(c, o.members, o.n)
 }
 
 // Changed signals that ownership may have changed.
-func (o *ownership) Changed() <-chan struct{} { return o.changed }
+func (o *Ownership) Changed() <-chan struct{} { return o.changed }
 
 // setMembers sets the live members (suspects are left out) and returns how
 // many of clusters changed owners.
-func (o *ownership) setMembers(all []federation.ReplicaID, clusters []model.ClusterID) int {
+func (o *Ownership) setMembers(all []federation.ReplicaID, clusters []model.ClusterID) int {
 	o.mu.Lock()
 	live := make([]federation.ReplicaID, 0, len(all))
 	present := map[federation.ReplicaID]bool{}
@@ -84,7 +89,7 @@ func (o *ownership) setMembers(all []federation.ReplicaID, clusters []model.Clus
 
 // suspect marks (or clears) a member as suspect and reports whether that
 // changed anything.
-func (o *ownership) suspect(id federation.ReplicaID, on bool) bool {
+func (o *Ownership) suspect(id federation.ReplicaID, on bool) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if id == o.self || o.suspected[id] == on {
@@ -100,7 +105,7 @@ func (o *ownership) suspect(id federation.ReplicaID, on bool) bool {
 
 // liveMembers returns the members last set, suspects included, so that
 // setMembers can re-filter them.
-func (o *ownership) liveMembers() []federation.ReplicaID {
+func (o *Ownership) liveMembers() []federation.ReplicaID {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := slices.Clone(o.members)
@@ -112,7 +117,7 @@ func (o *ownership) liveMembers() []federation.ReplicaID {
 	return out
 }
 
-func (o *ownership) suspects() []federation.ReplicaID {
+func (o *Ownership) suspects() []federation.ReplicaID {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return slices.Sorted(maps.Keys(o.suspected))

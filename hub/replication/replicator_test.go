@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/federation/gossip"
+	"github.com/meshfed/meshfed/federation/peerstream"
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
@@ -37,6 +39,7 @@ func freePorts(t *testing.T, n int) []string {
 type replica struct {
 	r      *Replicator
 	store  *store.Store
+	trust  *Trust
 	gossip string
 	reg    *prometheus.Registry
 }
@@ -52,25 +55,26 @@ func startReplica(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []byte,
 func startReplicaWith(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []byte, join []string, grace time.Duration) *replica {
 	t.Helper()
 	ports := freePorts(t, 2)
-	cert, err := federation.PeerCertificate(ca, id, time.Now())
+	cert, err := peerstream.PeerCertificate(ca, id, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	serverTLS, clientTLS := federation.PeerTLS(pool, cert)
+	serverTLS, clientTLS := peerstream.PeerTLS(pool, cert)
 	reg := prometheus.NewRegistry()
+	log := testr.New(t).WithName(string(id))
+	st := store.New(store.Options{Self: id})
+	trust := NewTrust(id, nil, log, reg)
 	r, err := New(Options{
-		Self: id, WatchReplicas: 1,
+		Self:       id,
 		GossipAddr: ports[0], Join: join, GossipKey: key,
 		PeerAddr: ports[1], ServerTLS: serverTLS, ClientTLS: clientTLS, PeerConnectGrace: grace,
-		Log: testr.New(t).WithName(string(id)), Metrics: reg,
-	})
+		Log: log, Metrics: reg,
+	}, Deps{Store: st, Trust: trust, Ownership: NewOwnership(id, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := store.New(store.Options{Self: id})
-	r.SetStore(st)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
@@ -80,7 +84,7 @@ func startReplicaWith(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []b
 			t.Errorf("replica %s: %v", id, err)
 		}
 	})
-	return &replica{r: r, store: st, gossip: ports[0], reg: reg}
+	return &replica{r: r, store: st, trust: trust, gossip: ports[0], reg: reg}
 }
 
 func waitFor(t *testing.T, what string, cond func() error) {
@@ -161,34 +165,34 @@ func TestReplication(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := roots[0]
-	if !a.r.AddRoot(root) {
+	if !a.trust.AddRoot(root) {
 		t.Fatal("AddRoot refused")
 	}
 	waitFor(t, "root replicated", func() error {
-		if got := b.r.TrustRoots(); len(got) != 1 || got[0].Fingerprint != root.Fingerprint {
+		if got := b.trust.TrustRoots(); len(got) != 1 || got[0].Fingerprint != root.Fingerprint {
 			return fmt.Errorf("b roots %+v", got)
 		}
 		return nil
 	})
 	stale, _ := json.Marshal(federation.TrustBundleState{Roots: []federation.Root{root}})
-	if !b.r.RemoveRoot(root.Fingerprint) {
+	if !b.trust.RemoveRoot(root.Fingerprint) {
 		t.Fatal("RemoveRoot refused")
 	}
 	waitFor(t, "removal replicated", func() error {
-		if got := a.r.TrustRoots(); len(got) != 0 {
+		if got := a.trust.TrustRoots(); len(got) != 0 {
 			return fmt.Errorf("a roots %+v", got)
 		}
 		return nil
 	})
 	// A late copy of the old bundle does not resurrect the root.
-	b.r.PeerMessage("a", &federation.PeerMessage{Trust: stale})
-	if got := b.r.TrustRoots(); len(got) != 0 {
+	b.trust.Receive("a", &federation.PeerMessage{Trust: stale})
+	if got := b.trust.TrustRoots(); len(got) != 0 {
 		t.Fatalf("late message resurrected %+v", got)
 	}
 
 	// A forged delta (a writer that does not hold the cluster) changes
 	// nothing and is counted as refused.
-	b.r.PeerMessage("a", &federation.PeerMessage{Delta: &federation.ShardDelta{
+	b.r.clusters.Receive("a", &federation.PeerMessage{Delta: &federation.ShardDelta{
 		Cluster: "c1", Hostname: echo, Version: federation.Version{Term: uint64(gen), Seq: 9, Owner: "mallory"},
 	}})
 	if ms := b.store.Service(echo); ms == nil || len(ms.Endpoints) != 2 {
@@ -241,26 +245,26 @@ func TestTrustRetirement(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.r.AddRoot(parsed[0])
+		a.trust.AddRoot(parsed[0])
 		fps = append(fps, parsed[0].Fingerprint)
 	}
 	waitFor(t, "both roots on b", func() error {
-		if n := len(b.r.TrustRoots()); n != 2 {
+		if n := len(b.trust.TrustRoots()); n != 2 {
 			return fmt.Errorf("%d roots", n)
 		}
 		return nil
 	})
 	retireAt := time.Now().Add(time.Second)
-	if !a.r.RetireRoot(fps[0], retireAt) {
+	if !a.trust.RetireRoot(fps[0], retireAt) {
 		t.Fatal("RetireRoot changed nothing")
 	}
 	waitFor(t, "the retirement on b", func() error {
-		for _, r := range b.r.TrustRoots() {
+		for _, r := range b.trust.TrustRoots() {
 			if r.Fingerprint == fps[0] && r.RetireAt.Equal(retireAt.UTC()) {
 				return nil
 			}
 		}
-		return fmt.Errorf("roots %v", b.r.TrustRoots())
+		return fmt.Errorf("roots %v", b.trust.TrustRoots())
 	})
 	if got := gauge(t, b.reg, "meshfed_trust_bundle_roots", map[string]string{"state": "retiring"}); got != 1 {
 		t.Fatalf("retiring roots = %v", got)
@@ -269,17 +273,17 @@ func TestTrustRetirement(t *testing.T) {
 	if want := float64(time.Now().Add(time.Hour).Unix()); first < want-120 || first > want+120 {
 		t.Fatalf("first expiry %v, want about %v (the one-hour root)", first, want)
 	}
-	for len(b.r.TrustChanged()) > 0 {
-		<-b.r.TrustChanged()
+	for len(b.trust.TrustChanged()) > 0 {
+		<-b.trust.TrustChanged()
 	}
 	select {
-	case <-b.r.TrustChanged():
+	case <-b.trust.TrustChanged():
 	case <-time.After(10 * time.Second):
 		t.Fatal("b did not signal the retirement when it came")
 	}
 	for _, rep := range []*replica{a, b} {
 		waitFor(t, "the retired root gone", func() error {
-			if roots := rep.r.TrustRoots(); len(roots) != 1 || roots[0].Fingerprint != fps[1] {
+			if roots := rep.trust.TrustRoots(); len(roots) != 1 || roots[0].Fingerprint != fps[1] {
 				return fmt.Errorf("roots %v", roots)
 			}
 			return nil
@@ -302,7 +306,7 @@ func TestUnconnectedMemberIsSuspect(t *testing.T) {
 	a := startReplicaWith(t, "a", ca, nil, nil, 300*time.Millisecond)
 	b := startReplicaWith(t, "b", ca, nil, []string{a.gossip}, 300*time.Millisecond)
 	ports := freePorts(t, 2)
-	ghost, err := federation.NewMembership(federation.MembershipOptions{
+	ghost, err := gossip.NewMembership(gossip.MembershipOptions{
 		ReplicaID: "c-ghost", BindAddr: ports[0], Join: []string{a.gossip}, PeerAddr: ports[1],
 		Log: testr.New(t).WithName("ghost"),
 	})
@@ -319,7 +323,7 @@ func TestUnconnectedMemberIsSuspect(t *testing.T) {
 			if len(fz.Members) != 3 {
 				return fmt.Errorf("members %v", fz.Members)
 			}
-			if !slices.Equal(fz.Suspects, []federation.ReplicaID{"c-ghost"}) {
+			if !slices.Equal(fz.Suspects, []string{"c-ghost"}) {
 				return fmt.Errorf("suspects %v, want [c-ghost]", fz.Suspects)
 			}
 			return nil
@@ -350,10 +354,10 @@ func TestCatchUpFromTheWriter(t *testing.T) {
 		}
 		return nil
 	})
-	if got := a.r.catchUp("joiner", clusters); !slices.Equal(got, clusters) {
+	if got := a.r.clusters.catchUp("joiner", clusters); !slices.Equal(got, clusters) {
 		t.Fatalf("the writer sends %v, want every cluster it wrote", got)
 	}
-	if got := b.r.catchUp("joiner", clusters); len(got) != 0 {
+	if got := b.r.clusters.catchUp("joiner", clusters); len(got) != 0 {
 		t.Fatalf("b sends %v while the writer a is connected, want none", got)
 	}
 	// The writer gone: b sends them.
@@ -365,7 +369,7 @@ func TestCatchUpFromTheWriter(t *testing.T) {
 		}
 		return nil
 	})
-	if got := b.r.catchUp("joiner", clusters); !slices.Equal(got, clusters) {
+	if got := b.r.clusters.catchUp("joiner", clusters); !slices.Equal(got, clusters) {
 		t.Fatalf("b sends %v with the writer gone, want every cluster", got)
 	}
 }

@@ -197,7 +197,7 @@ func TestOutboxOrder(t *testing.T) {
 func TestNoPublishUnderTheLock(t *testing.T) {
 	st := newStore("hub-0")
 	g := st.NextGeneration("c1")
-	entered, release := make(chan struct{}), make(chan struct{})
+	entered, release := make(chan struct{}, 1), make(chan struct{})
 	sent := make(chan int, 16)
 	go func() { // the replicator's outbox loop, with a sink that blocks
 		for range st.Outbox() {

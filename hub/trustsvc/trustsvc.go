@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/remotesecret"
@@ -53,27 +54,11 @@ type Options struct {
 	Clock clock.WithTicker
 }
 
-// SpokeStatus is what the hub knows of one cluster's spoke.
-type SpokeStatus struct {
-	Cluster model.ClusterID `json:"cluster"`
-	// Version is the spoke's x-meshfed-spoke-version of its latest stream.
-	Version string `json:"version"`
-	// Identity is the service account the spoke authenticated as.
-	Identity string `json:"identity"`
-	// ConnectedAt is when the latest stream opened.
-	ConnectedAt time.Time `json:"connectedAt"`
-	// LastSeen is now while a stream is open, else when the last one closed.
-	LastSeen time.Time `json:"lastSeen"`
-	// Healthy means at least one stream of the cluster is open now.
-	Healthy bool `json:"healthy"`
-	// Streams is the number of open streams (one per spoke replica).
-	Streams int `json:"streams"`
-	// BundleVersion is the bundle version last sent to the cluster.
-	BundleVersion string `json:"bundleVersion"`
-	// Hubs are the hub replicas holding the open streams, in a view merged
-	// over replicas (empty in Service.Spokes, which is one replica's).
-	Hubs []string `json:"hubs,omitempty"`
-}
+// SpokeStatus is what the hub knows of one cluster's spoke: the entry of
+// /debug/spokez, declared once in pkg/debugdoc. Hubs is empty in
+// Service.Spokes, which is one replica's view; the fleet-wide merge
+// (hub/fleetstatus) names the replicas holding the streams.
+type SpokeStatus = debugdoc.Spoke
 
 // Service implements trustapi.TrustBundleServer.
 type Service struct {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"google.golang.org/grpc/codes"
@@ -15,10 +14,11 @@ import (
 	"github.com/meshfed/meshfed/pkg/proxystatus/csds"
 )
 
-// StatusSource is where CSDS reads proxy status from: the hub gives the
-// fleet-wide view of every replica (a *proxystatus.Fleet); by default it is
-// this replica's StatusTracker. All may be called concurrently and must
-// not block for long; it returns records the caller may keep.
+// StatusSource is what CSDS reads proxy status from (Options.StatusSource):
+// in the hub, the fleet-wide view (hub/fleetstatus.Fleet); by default this
+// server's own StatusTracker. The xDS server knows nothing of where the
+// records come from. All may be called concurrently and must not block
+// for long; it returns records the caller may keep.
 type StatusSource interface {
 	All() []proxystatus.Record
 }
@@ -30,26 +30,13 @@ type StatusSource interface {
 type csdsServer struct {
 	statusv3.UnimplementedClientStatusDiscoveryServiceServer
 
-	mu  sync.RWMutex // guards src
-	src StatusSource
+	src StatusSource // set once, at New
 }
 
 func newCSDS(src StatusSource) *csdsServer { return &csdsServer{src: src} }
 
-func (c *csdsServer) source() StatusSource {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.src
-}
-
-func (c *csdsServer) setSource(src StatusSource) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.src = src
-}
-
 func (c *csdsServer) answer(req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
-	resp, err := csds.Response(req, c.source().All())
+	resp, err := csds.Response(req, c.src.All())
 	if errors.Is(err, csds.ErrInvalidMatcher) {
 		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}

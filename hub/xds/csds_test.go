@@ -241,24 +241,23 @@ func TestCSDS(t *testing.T) {
 // TestCSDSFleetSource: with the hub's fleet as source, CSDS reports
 // proxies of every replica, each under the replica serving it.
 func TestCSDSFleetSource(t *testing.T) {
-	st := store.New(store.Options{Self: "test"})
-	srv := serveReplica(t, st, "hub-0")
-	addr := srv.Addr().String()
-	a := newADS(t, addr, "c1", "r1")
-	a.request(resourcev3.ClusterType, "", "", "x")
-
 	fleet := proxystatus.NewFleet()
 	fleet.Upsert("hub-1", []proxystatus.Record{{Proxy: otherID, Name: "other.demo", Cluster: "c2",
 		Connected: time.Now(), Types: map[string]proxystatus.TypeStatus{
 			"eds": {TypeURL: resourcev3.EndpointType, Sent: "3", SentNonce: "3", Acked: "3", AckedNonce: "3", Status: proxystatus.StatusSynced},
 		}}})
+	st := store.New(store.Options{Self: "test"})
+	srv := runServer(t, Options{Registry: st, Replica: "hub-0", StatusSource: fleet})
+	addr := srv.Addr().String()
+	a := newADS(t, addr, "c1", "r1")
+	a.request(resourcev3.ClusterType, "", "", "x")
+
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go srv.Status().Drain(ctx, func(changed []proxystatus.Record, removed []string) {
 		fleet.Upsert("hub-0", changed)
 		fleet.Remove("hub-0", removed)
 	})
-	srv.SetStatusSource(fleet)
 
 	c := csdsClient(t, addr)
 	waitUntil(t, "both replicas' proxies", func() error {
@@ -278,6 +277,26 @@ func TestCSDSFleetSource(t *testing.T) {
 			return fmt.Errorf("remote eds %v", s)
 		}
 		return nil
+	})
+}
+
+// TestServerTracker: a tracker given in Options is the one the streams
+// feed (the hub builds it first, for its fleet status to read).
+func TestServerTracker(t *testing.T) {
+	tr := NewStatusTracker("hub-0", nil, nil)
+	srv := runServer(t, Options{Registry: store.New(store.Options{Self: "test"}), Replica: "hub-0", Tracker: tr})
+	if srv.Status() != tr {
+		t.Fatal("the server made a tracker of its own")
+	}
+	a := newADS(t, srv.Addr().String(), "c1", "r1")
+	a.request(resourcev3.ClusterType, "", "", "x")
+	waitUntil(t, "the proxy in the given tracker", func() error {
+		for _, r := range tr.Records() {
+			if r.Proxy == a.node.GetId() {
+				return nil
+			}
+		}
+		return errors.New("not in the tracker")
 	})
 }
 

@@ -56,6 +56,14 @@ type Options struct {
 	// NACKBackoff holds back the answer to a proxy that keeps rejecting
 	// what it is sent (see nackBackoff); zero values take the defaults.
 	NACKBackoff Backoff
+	// Tracker is fed the ACK/NACK of every stream of the server; nil means
+	// a tracker of the server's own (NewStatusTracker with Replica, Clock
+	// and Metrics). The hub builds it first, so that its fleet status can
+	// read it and be the StatusSource.
+	Tracker *StatusTracker
+	// StatusSource is what CSDS answers from; nil means the tracker, that
+	// is this replica's proxies only.
+	StatusSource StatusSource
 }
 
 // genOptions are the xdsgen options of these server options.
@@ -88,19 +96,22 @@ func New(opts Options) *Server {
 		metrics: newMetrics(opts.Metrics),
 		ready:   make(chan struct{}),
 	}
-	s.status = NewStatusTracker(opts.Replica, clk, opts.Metrics)
+	s.status = opts.Tracker
+	if s.status == nil {
+		s.status = NewStatusTracker(opts.Replica, clk, opts.Metrics)
+	}
 	s.nacks = newNACKBackoff(opts.NACKBackoff, clk)
-	s.csds = newCSDS(s.status)
+	var src StatusSource = s.status
+	if opts.StatusSource != nil {
+		src = opts.StatusSource
+	}
+	s.csds = newCSDS(src)
 	s.cache = newGroupCache(opts.genOptions(), func() []*model.MergedService { return s.opts.Registry.Services() }, s.metrics)
 	return s
 }
 
 // Status returns the tracker of this replica's proxies' sync status.
 func (s *Server) Status() *StatusTracker { return s.status }
-
-// SetStatusSource makes CSDS answer from src, the fleet-wide view, instead
-// of this replica's tracker. It may be called at any time.
-func (s *Server) SetStatusSource(src StatusSource) { s.csds.setSource(src) }
 
 // Addr returns the address the server listens on, once Run has bound it.
 func (s *Server) Addr() net.Addr {

@@ -399,8 +399,9 @@ func (t *StatusTracker) recordLocked(s *proxyStream) proxystatus.Record {
 // Drain applies the tracker's changes to sink until ctx ends: it calls
 // sink once at start with every record (removed nil), then with each
 // batch from TakeChanges. sink runs on Drain's goroutine; changes made
-// while it runs coalesce into the next batch. The hub uses it to feed this
-// replica's records into its Fleet and to its peers.
+// while it runs coalesce into the next batch. It is for a reader that has
+// no batching of its own (a test's proxystatus.Fleet); the hub's fleet
+// status (hub/fleetstatus) calls TakeChanges in its own batches instead.
 func (t *StatusTracker) Drain(ctx context.Context, sink func(changed []proxystatus.Record, removed []string)) {
 	// Everything so far is in Records; clear the dirty set so it is not
 	// sent twice.

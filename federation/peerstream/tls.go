@@ -1,4 +1,4 @@
-package federation
+package peerstream
 
 // Peer identities: SPIFFE IDs of replicas and the mutual TLS between them.
 
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/pkg/pki"
 )
 
@@ -19,14 +20,14 @@ import (
 // spiffe://<trust-domain>/meshfed/replica/<id>. The path cannot collide
 // with workload IDs (spiffe://<trust-domain>/ns/<ns>/sa/<sa>), so a CA
 // that signs both cannot be tricked into a workload posing as a replica.
-func ReplicaURI(trustDomain string, id ReplicaID) *url.URL {
+func ReplicaURI(trustDomain string, id federation.ReplicaID) *url.URL {
 	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: peerURIPrefix + string(id)}
 }
 
 // ReplicaFromCertificate returns the replica a peer certificate names. The
 // certificate must have exactly one URI SAN (as a SPIFFE X.509-SVID does),
 // a replica SPIFFE ID (ReplicaURI), of trustDomain unless that is empty.
-func ReplicaFromCertificate(cert *x509.Certificate, trustDomain string) (ReplicaID, error) {
+func ReplicaFromCertificate(cert *x509.Certificate, trustDomain string) (federation.ReplicaID, error) {
 	if cert == nil {
 		return "", fmt.Errorf("%w: no certificate", ErrPeerIdentity)
 	}
@@ -44,8 +45,8 @@ func ReplicaFromCertificate(cert *x509.Certificate, trustDomain string) (Replica
 	if !ok || u.RawPath != "" {
 		return "", fmt.Errorf("%w: %q is not a replica ID (spiffe://<trust-domain>%s<id>)", ErrPeerIdentity, u, peerURIPrefix)
 	}
-	id := ReplicaID(name)
-	if err := checkReplicaID(id); err != nil {
+	id := federation.ReplicaID(name)
+	if err := id.Validate(); err != nil {
 		return "", fmt.Errorf("%w: %q: %w", ErrPeerIdentity, u, err)
 	}
 	return id, nil
@@ -70,8 +71,8 @@ func checkTrustDomain(td string) error {
 // ReplicaURI(DefaultPeerTrustDomain, id) as the only URI SAN, valid for
 // DefaultPeerCertValidity from now. The chain includes ca's certificates
 // when ca is not a root.
-func PeerCertificate(ca *pki.CA, id ReplicaID, now time.Time) (tls.Certificate, error) {
-	if err := checkReplicaID(id); err != nil {
+func PeerCertificate(ca *pki.CA, id federation.ReplicaID, now time.Time) (tls.Certificate, error) {
+	if err := id.Validate(); err != nil {
 		return tls.Certificate{}, fmt.Errorf("%w: %w", ErrPeerIdentity, err)
 	}
 	certPEM, keyPEM, err := ca.Issue(pki.IssueOptions{

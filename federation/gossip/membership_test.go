@@ -1,4 +1,4 @@
-package federation
+package gossip
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -103,7 +104,7 @@ func newGossipNode(t *testing.T, id string, opts ...gossipOpt) *gossipNode {
 	t.Helper()
 	n := &gossipNode{reg: prometheus.NewRegistry(), logs: &gossipLogs{}}
 	o := MembershipOptions{
-		ReplicaID: ReplicaID(id),
+		ReplicaID: federation.ReplicaID(id),
 		BindAddr:  "127.0.0.1:0",
 		Key:       gossipTestKey,
 		PeerAddr:  "peer-" + id + ":15012",
@@ -154,15 +155,15 @@ func (n *gossipNode) stop(t *testing.T) error {
 	}
 }
 
-func (n *gossipNode) ids() []ReplicaID {
-	var out []ReplicaID
+func (n *gossipNode) ids() []federation.ReplicaID {
+	var out []federation.ReplicaID
 	for _, m := range n.Members() {
 		out = append(out, m.ID)
 	}
 	return out
 }
 
-func (n *gossipNode) sees(ids ...ReplicaID) bool { return slices.Equal(n.ids(), ids) }
+func (n *gossipNode) sees(ids ...federation.ReplicaID) bool { return slices.Equal(n.ids(), ids) }
 
 func (n *gossipNode) metric(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
@@ -213,14 +214,14 @@ func gossipMetric(t *testing.T, g prometheus.Gatherer, name string, labels ...st
 func gossipCluster(t *testing.T, ids ...string) []*gossipNode {
 	t.Helper()
 	var nodes []*gossipNode
-	var all []ReplicaID
+	var all []federation.ReplicaID
 	for i, id := range ids {
 		var opts []gossipOpt
 		if i > 0 {
 			opts = append(opts, withGossipJoin(nodes[0].LocalAddr()))
 		}
 		nodes = append(nodes, newGossipNode(t, id, opts...).start())
-		all = append(all, ReplicaID(id))
+		all = append(all, federation.ReplicaID(id))
 	}
 	waitGossip(t, 10*time.Second, "all members to see each other", func() bool {
 		for _, n := range nodes {
@@ -271,16 +272,16 @@ func TestMembershipMembersSeeEachOther(t *testing.T) {
 }
 
 func TestMembershipPushPullCarriesDigest(t *testing.T) {
-	digest := func(seq uint64) Digest {
-		return Digest{model.ClusterID("east"): Version{Term: 3, Seq: seq, Owner: "a"}}
+	digest := func(seq uint64) federation.Digest {
+		return federation.Digest{model.ClusterID("east"): federation.Version{Term: 3, Seq: seq, Owner: "a"}}
 	}
-	var local atomic.Pointer[Digest]
+	var local atomic.Pointer[federation.Digest]
 	d1 := digest(1)
 	local.Store(&d1)
 
 	type received struct {
-		from ReplicaID
-		d    Digest
+		from federation.ReplicaID
+		d    federation.Digest
 	}
 	var mu sync.Mutex
 	var got []received
@@ -294,10 +295,10 @@ func TestMembershipPushPullCarriesDigest(t *testing.T) {
 	}
 
 	a := newGossipNode(t, "a", func(o *MembershipOptions) {
-		o.LocalState = func() Digest { return *local.Load() }
+		o.LocalState = func() federation.Digest { return *local.Load() }
 	}).start()
 	b := newGossipNode(t, "b", withGossipJoin(a.LocalAddr()), func(o *MembershipOptions) {
-		o.MergeState = func(from ReplicaID, d Digest) {
+		o.MergeState = func(from federation.ReplicaID, d federation.Digest) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, received{from, d})
@@ -527,7 +528,7 @@ func (d garbageStateDelegate) MergeRemoteState(buf []byte, _ bool) {}
 func TestMembershipRejectsMalformedState(t *testing.T) {
 	var merged atomic.Int32
 	a := newGossipNode(t, "a", func(o *MembershipOptions) {
-		o.MergeState = func(ReplicaID, Digest) { merged.Add(1) }
+		o.MergeState = func(federation.ReplicaID, federation.Digest) { merged.Add(1) }
 	}).start()
 
 	t.Run("delegate", func(t *testing.T) {

@@ -1,4 +1,4 @@
-package hub
+package fleetstatus
 
 import (
 	"encoding/json"
@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshfed/meshfed/hub/trustsvc"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 )
 
 func TestMergeSpokes(t *testing.T) {
 	t0 := time.Unix(1_750_000_000, 0).UTC()
 	now := t0.Add(time.Hour)
-	got := mergeSpokes(map[string][]trustsvc.SpokeStatus{
+	got := mergeSpokes(map[string][]debugdoc.Spoke{
 		"hub-1": {
 			{Cluster: "c1", Version: "v2", ConnectedAt: t0.Add(2 * time.Minute), Streams: 1, BundleVersion: "b2"},
 			{Cluster: "c2", Version: "v1", ConnectedAt: t0, LastSeen: t0.Add(5 * time.Minute)},
@@ -42,8 +42,8 @@ func TestMergeSpokes(t *testing.T) {
 // peer's list replaces what it said before and leaves with it.
 func TestSpokeStatusReplication(t *testing.T) {
 	t0 := time.Unix(1_750_000_000, 0).UTC()
-	local := []trustsvc.SpokeStatus{{Cluster: "c1", Version: "v1", ConnectedAt: t0, LastSeen: t0, Streams: 1, Healthy: true}}
-	a := newSpokeStatus("hub-0", func() []trustsvc.SpokeStatus { return slices.Clone(local) })
+	local := []debugdoc.Spoke{{Cluster: "c1", Version: "v1", ConnectedAt: t0, LastSeen: t0, Streams: 1, Healthy: true}}
+	a := newSpokeStatus("hub-0", func() []debugdoc.Spoke { return slices.Clone(local) })
 	if list, ok := a.take(); !ok || len(list) != 1 {
 		t.Fatalf("first take = %v, %v", list, ok)
 	}
@@ -58,11 +58,11 @@ func TestSpokeStatusReplication(t *testing.T) {
 	}
 
 	// Through the wire form of a batch, to another replica.
-	raw, err := json.Marshal(proxyStatusBatch{Spokes: &list})
+	raw, err := json.Marshal(batch{Spokes: &list})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b proxyStatusBatch
+	var b batch
 	if err := json.Unmarshal(raw, &b); err != nil || b.Spokes == nil {
 		t.Fatalf("batch round trip: %v, %v", b.Spokes, err)
 	}
@@ -71,7 +71,7 @@ func TestSpokeStatusReplication(t *testing.T) {
 	if got := peer.all(t0); len(got) != 1 || got[0].Healthy || got[0].Version != "v1" {
 		t.Fatalf("hub-1 sees %+v", got)
 	}
-	peer.apply("hub-0", []trustsvc.SpokeStatus{{Cluster: "c1", Version: "v1", ConnectedAt: t0, Streams: 1}})
+	peer.apply("hub-0", []debugdoc.Spoke{{Cluster: "c1", Version: "v1", ConnectedAt: t0, Streams: 1}})
 	if got := peer.all(t0); !got[0].Healthy || !slices.Equal(got[0].Hubs, []string{"hub-0"}) {
 		t.Fatalf("hub-1 sees %+v after the spoke reconnected", got)
 	}

@@ -1,4 +1,4 @@
-package federation
+package gossip
 
 import (
 	"bytes"
@@ -23,18 +23,20 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshfed/meshfed/federation"
 )
 
 // Errors of membership setup.
 var (
 	// ErrInvalidGossipKey is returned by ParseGossipKey and NewMembership
 	// for a key that is not 16, 24 or 32 bytes (raw or base64).
-	ErrInvalidGossipKey = errors.New("federation: invalid gossip key")
+	ErrInvalidGossipKey = errors.New("gossip: invalid gossip key")
 	// ErrInvalidMembershipOptions is returned by NewMembership for options
 	// it cannot use.
-	ErrInvalidMembershipOptions = errors.New("federation: invalid membership options")
+	ErrInvalidMembershipOptions = errors.New("gossip: invalid membership options")
 	// ErrMembershipRunning is returned by a second call of Membership.Run.
-	ErrMembershipRunning = errors.New("federation: membership already running")
+	ErrMembershipRunning = errors.New("gossip: membership already running")
 )
 
 // DefaultGossipPort is memberlist's usual port, used when BindAddr is empty.
@@ -61,7 +63,7 @@ const (
 type MembershipOptions struct {
 	// ReplicaID is this replica's memberlist node name; it must be unique
 	// among the replicas.
-	ReplicaID ReplicaID
+	ReplicaID federation.ReplicaID
 	// BindAddr is the ip:port gossip listens on, TCP and UDP. The host must
 	// be an IP literal (empty means 0.0.0.0); port 0 picks a free port (see
 	// LocalAddr). Empty means 0.0.0.0:7946.
@@ -88,12 +90,12 @@ type MembershipOptions struct {
 	// push/pull (at join, then every PushPullInterval). It is called on
 	// memberlist's push/pull goroutines, possibly concurrently, and must
 	// return quickly. Nil sends no digest.
-	LocalState func() Digest
+	LocalState func() federation.Digest
 	// MergeState receives the Digest a peer sent on push/pull. It is called
 	// from one goroutine of Run, never concurrently and never from inside
 	// memberlist; if a peer's digests arrive faster than MergeState returns,
 	// only the latest one of each peer is delivered. Nil ignores digests.
-	MergeState func(from ReplicaID, d Digest)
+	MergeState func(from federation.ReplicaID, d federation.Digest)
 
 	Log     logr.Logger
 	Metrics prometheus.Registerer
@@ -101,7 +103,7 @@ type MembershipOptions struct {
 
 // Member is a live hub replica as gossip sees it.
 type Member struct {
-	ID ReplicaID
+	ID federation.ReplicaID
 	// PeerAddr is the member's peer gRPC address from its node metadata;
 	// empty if it published none or metadata this replica cannot read.
 	PeerAddr string
@@ -125,7 +127,7 @@ type Membership struct {
 	changed chan struct{} // capacity 1; coalesces membership changes
 
 	mu      sync.Mutex
-	members map[ReplicaID]Member // guarded by mu; live members, self included
+	members map[federation.ReplicaID]Member // guarded by mu; live members, self included
 
 	inbox digestInbox
 
@@ -155,7 +157,7 @@ func NewMembership(opts MembershipOptions) (*Membership, error) {
 	}
 	meta, err := json.Marshal(nodeMeta{Peer: opts.PeerAddr, V: metaVersion})
 	if err != nil {
-		return nil, fmt.Errorf("federation: encode node metadata: %w", err)
+		return nil, fmt.Errorf("gossip: encode node metadata: %w", err)
 	}
 	if len(meta) > memberlist.MetaMaxSize {
 		return nil, fmt.Errorf("%w: PeerAddr too long for node metadata (%d > %d bytes)",
@@ -169,7 +171,7 @@ func NewMembership(opts MembershipOptions) (*Membership, error) {
 		meta:     meta,
 		bindHost: bindHost,
 		changed:  make(chan struct{}, 1),
-		members:  map[ReplicaID]Member{},
+		members:  map[federation.ReplicaID]Member{},
 		inbox:    newDigestInbox(),
 	}
 
@@ -203,7 +205,7 @@ func NewMembership(opts MembershipOptions) (*Membership, error) {
 	}
 	list, err := memberlist.Create(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("federation: start memberlist on %s: %w", opts.BindAddr, err)
+		return nil, fmt.Errorf("gossip: start memberlist on %s: %w", opts.BindAddr, err)
 	}
 	if err := metrics.register(opts.Metrics); err != nil {
 		_ = list.Shutdown()
@@ -318,7 +320,7 @@ func (m *Membership) close(leave bool) error {
 		// a logger whose owner (a test) may be gone.
 		m.shutdown.Store(true)
 		if err := m.list.Shutdown(); err != nil {
-			m.closeErr = fmt.Errorf("federation: shut down memberlist: %w", err)
+			m.closeErr = fmt.Errorf("gossip: shut down memberlist: %w", err)
 		}
 	})
 	return m.closeErr
@@ -399,7 +401,7 @@ func (m *Membership) setMember(mem Member) int {
 	return len(m.members)
 }
 
-func (m *Membership) removeMember(id ReplicaID) int {
+func (m *Membership) removeMember(id federation.ReplicaID) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.members, id)
@@ -409,7 +411,7 @@ func (m *Membership) removeMember(id ReplicaID) int {
 // memberFromNode reads a memberlist node; unreadable metadata leaves
 // PeerAddr empty and is counted.
 func (m *Membership) memberFromNode(n *memberlist.Node) Member {
-	mem := Member{ID: ReplicaID(n.Name), GossipAddr: n.Address()}
+	mem := Member{ID: federation.ReplicaID(n.Name), GossipAddr: n.Address()}
 	var meta nodeMeta
 	if err := json.Unmarshal(n.Meta, &meta); err != nil || meta.V < 1 {
 		m.metrics.reject(reasonMeta)
@@ -430,9 +432,9 @@ type nodeMeta struct {
 // gossipState is the JSON a replica sends on push/pull. memberlist does
 // not say who sent push/pull state, so the sender names itself.
 type gossipState struct {
-	V      int       `json:"v"`
-	From   ReplicaID `json:"from"`
-	Digest Digest    `json:"digest"`
+	V      int                  `json:"v"`
+	From   federation.ReplicaID `json:"from"`
+	Digest federation.Digest    `json:"digest"`
 }
 
 // decodeGossipState parses and checks a peer's push/pull state.
@@ -515,7 +517,7 @@ func (d eventDelegate) NotifyJoin(n *memberlist.Node) {
 }
 
 func (d eventDelegate) NotifyLeave(n *memberlist.Node) {
-	d.m.metrics.members.Set(float64(d.m.removeMember(ReplicaID(n.Name))))
+	d.m.metrics.members.Set(float64(d.m.removeMember(federation.ReplicaID(n.Name))))
 	d.m.metrics.events.WithLabelValues("leave").Inc()
 	// A graceful leave and a death look the same here: memberlist v0.7.0
 	// tracks left versus dead in its own nodeState.State and leaves the
@@ -547,19 +549,19 @@ type digestInbox struct {
 	ready chan struct{} // capacity 1; signals pending digests
 
 	mu      sync.Mutex
-	pending map[ReplicaID]Digest // guarded by mu
+	pending map[federation.ReplicaID]federation.Digest // guarded by mu
 }
 
 type inboxEntry struct {
-	from   ReplicaID
-	digest Digest
+	from   federation.ReplicaID
+	digest federation.Digest
 }
 
 func newDigestInbox() digestInbox {
-	return digestInbox{ready: make(chan struct{}, 1), pending: map[ReplicaID]Digest{}}
+	return digestInbox{ready: make(chan struct{}, 1), pending: map[federation.ReplicaID]federation.Digest{}}
 }
 
-func (b *digestInbox) put(from ReplicaID, d Digest) {
+func (b *digestInbox) put(from federation.ReplicaID, d federation.Digest) {
 	b.mu.Lock()
 	b.pending[from] = d
 	b.mu.Unlock()
@@ -735,7 +737,7 @@ func (m *membershipMetrics) register(reg prometheus.Registerer) error {
 			for _, done := range cs[:i] {
 				reg.Unregister(done)
 			}
-			return fmt.Errorf("federation: register gossip metrics: %w", err)
+			return fmt.Errorf("gossip: register gossip metrics: %w", err)
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package hub
+package fleetstatus
 
 import (
 	"encoding/json"
@@ -8,31 +8,31 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshfed/meshfed/hub/trustsvc"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
 // spokeStatus is the fleet-wide view of the spokes: those whose
 // trust-bundle stream this replica holds (trustsvc.Service.Spokes) and
 // those the other replicas reported over the peer stream. It travels in
-// the proxy-status batches, so any replica answers for every spoke as it
+// the fleet-status batches (batch), so any replica answers for every spoke as it
 // does for every proxy. Safe for concurrent use.
 type spokeStatus struct {
 	self  string
-	local func() []trustsvc.SpokeStatus // nil without the CA
+	local func() []debugdoc.Spoke // nil without the CA
 
-	mu       sync.Mutex
-	peers    map[string][]trustsvc.SpokeStatus // replica → its spokes
-	lastSent []byte                            // wire form of the last local list sent
+	mu       sync.Mutex                  // guards peers and lastSent; no call out under it
+	peers    map[string][]debugdoc.Spoke // replica → its spokes
+	lastSent []byte                      // wire form of the last local list sent
 }
 
-func newSpokeStatus(self string, local func() []trustsvc.SpokeStatus) *spokeStatus {
-	return &spokeStatus{self: self, local: local, peers: map[string][]trustsvc.SpokeStatus{}}
+func newSpokeStatus(self string, local func() []debugdoc.Spoke) *spokeStatus {
+	return &spokeStatus{self: self, local: local, peers: map[string][]debugdoc.Spoke{}}
 }
 
 // localWire returns the local spokes as replicated: what a replica holds,
 // without the fields that only the passing of time changes.
-func (s *spokeStatus) localWire() []trustsvc.SpokeStatus {
+func (s *spokeStatus) localWire() []debugdoc.Spoke {
 	if s.local == nil {
 		return nil
 	}
@@ -47,7 +47,7 @@ func (s *spokeStatus) localWire() []trustsvc.SpokeStatus {
 }
 
 // full returns the local spokes for a full batch, and marks them sent.
-func (s *spokeStatus) full() []trustsvc.SpokeStatus {
+func (s *spokeStatus) full() []debugdoc.Spoke {
 	list := s.localWire()
 	raw, _ := json.Marshal(list)
 	s.mu.Lock()
@@ -57,7 +57,7 @@ func (s *spokeStatus) full() []trustsvc.SpokeStatus {
 }
 
 // take returns the local spokes if they changed since last sent.
-func (s *spokeStatus) take() ([]trustsvc.SpokeStatus, bool) {
+func (s *spokeStatus) take() ([]debugdoc.Spoke, bool) {
 	list := s.localWire()
 	raw, _ := json.Marshal(list)
 	s.mu.Lock()
@@ -70,7 +70,7 @@ func (s *spokeStatus) take() ([]trustsvc.SpokeStatus, bool) {
 }
 
 // apply replaces what replica from reported.
-func (s *spokeStatus) apply(from string, list []trustsvc.SpokeStatus) {
+func (s *spokeStatus) apply(from string, list []debugdoc.Spoke) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.peers[from] = slices.Clone(list)
@@ -84,8 +84,8 @@ func (s *spokeStatus) drop(replica string) {
 }
 
 // all returns the merged view at now (/debug/spokez).
-func (s *spokeStatus) all(now time.Time) []trustsvc.SpokeStatus {
-	byReplica := map[string][]trustsvc.SpokeStatus{s.self: s.localWire()}
+func (s *spokeStatus) all(now time.Time) []debugdoc.Spoke {
+	byReplica := map[string][]debugdoc.Spoke{s.self: s.localWire()}
 	s.mu.Lock()
 	for r, list := range s.peers {
 		if r != s.self {
@@ -100,13 +100,13 @@ func (s *spokeStatus) all(now time.Time) []trustsvc.SpokeStatus {
 // streams add up (healthy if any replica holds one, Hubs naming them), the
 // latest connection gives version, identity and bundle version, and
 // LastSeen is the latest (now while healthy). Sorted by cluster.
-func mergeSpokes(byReplica map[string][]trustsvc.SpokeStatus, now time.Time) []trustsvc.SpokeStatus {
-	merged := map[model.ClusterID]*trustsvc.SpokeStatus{}
+func mergeSpokes(byReplica map[string][]debugdoc.Spoke, now time.Time) []debugdoc.Spoke {
+	merged := map[model.ClusterID]*debugdoc.Spoke{}
 	for _, replica := range slices.Sorted(maps.Keys(byReplica)) {
 		for _, st := range byReplica[replica] {
 			m := merged[st.Cluster]
 			if m == nil {
-				m = &trustsvc.SpokeStatus{Cluster: st.Cluster}
+				m = &debugdoc.Spoke{Cluster: st.Cluster}
 				merged[st.Cluster] = m
 			}
 			if m.ConnectedAt.IsZero() || st.ConnectedAt.After(m.ConnectedAt) {
@@ -121,7 +121,7 @@ func mergeSpokes(byReplica map[string][]trustsvc.SpokeStatus, now time.Time) []t
 			}
 		}
 	}
-	out := make([]trustsvc.SpokeStatus, 0, len(merged))
+	out := make([]debugdoc.Spoke, 0, len(merged))
 	for _, m := range merged {
 		m.Healthy = m.Streams > 0
 		if m.Healthy {
@@ -129,6 +129,6 @@ func mergeSpokes(byReplica map[string][]trustsvc.SpokeStatus, now time.Time) []t
 		}
 		out = append(out, *m)
 	}
-	slices.SortFunc(out, func(a, b trustsvc.SpokeStatus) int { return strings.Compare(string(a.Cluster), string(b.Cluster)) })
+	slices.SortFunc(out, func(a, b debugdoc.Spoke) int { return strings.Compare(string(a.Cluster), string(b.Cluster)) })
 	return out
 }

@@ -1,4 +1,4 @@
-package federation_test
+package peerstream_test
 
 import (
 	"context"
@@ -30,6 +30,7 @@ import (
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/federation/peerpb"
+	"github.com/meshfed/meshfed/federation/peerstream"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
 )
@@ -104,10 +105,10 @@ func newPeerRecorder(self federation.ReplicaID) *peerRecorder {
 	}
 }
 
-func (r *peerRecorder) PeerHello(from federation.ReplicaID, d federation.Digest) []*federation.PeerMessage {
+func (r *peerRecorder) PeerHello(from federation.ReplicaID, h *federation.Hello) []*federation.PeerMessage {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.hellos[from] = append(r.hellos[from], d)
+	r.hellos[from] = append(r.hellos[from], h.Digest)
 	return []*federation.PeerMessage{{Snapshot: peerSnapshot(r.self)}}
 }
 
@@ -216,7 +217,7 @@ func (l *peerLog) dump(t *testing.T, name string) {
 // peerNode is one replica's transport.
 type peerNode struct {
 	id     federation.ReplicaID
-	peers  *federation.Peers
+	peers  *peerstream.Peers
 	rec    *peerRecorder
 	reg    *prometheus.Registry
 	log    *peerLog
@@ -248,17 +249,17 @@ func (f *peerFleet) tlsFor(id federation.ReplicaID) (server, client *tls.Config)
 
 func peerTLSFrom(t *testing.T, ca *pki.CA, id federation.ReplicaID) (server, client *tls.Config) {
 	t.Helper()
-	cert, err := federation.PeerCertificate(ca, id, time.Now())
+	cert, err := peerstream.PeerCertificate(ca, id, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
-	return federation.PeerTLS(pool, cert)
+	return peerstream.PeerTLS(pool, cert)
 }
 
 // start runs replica id listening on listen (127.0.0.1:0 when empty).
-func (f *peerFleet) start(id federation.ReplicaID, listen string, edit ...func(*federation.PeerOptions)) *peerNode {
+func (f *peerFleet) start(id federation.ReplicaID, listen string, edit ...func(*peerstream.PeerOptions)) *peerNode {
 	t := f.t
 	t.Helper()
 	if listen == "" {
@@ -266,7 +267,7 @@ func (f *peerFleet) start(id federation.ReplicaID, listen string, edit ...func(*
 	}
 	server, client := f.tlsFor(id)
 	n := &peerNode{id: id, rec: newPeerRecorder(id), reg: prometheus.NewRegistry(), log: &peerLog{}, done: make(chan error, 1)}
-	opts := federation.PeerOptions{
+	opts := peerstream.PeerOptions{
 		Self: id, ListenAddr: listen, TLS: server, ClientTLS: client,
 		Handler:      n.rec,
 		LocalDigest:  func() federation.Digest { return federation.Digest{peerCluster(id): {Term: 1, Owner: id}} },
@@ -277,7 +278,7 @@ func (f *peerFleet) start(id federation.ReplicaID, listen string, edit ...func(*
 	for _, e := range edit {
 		e(&opts)
 	}
-	p, err := federation.NewPeers(opts)
+	p, err := peerstream.NewPeers(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +379,7 @@ func TestPeerMeshHelloCatchUpBroadcast(t *testing.T) {
 	// Replica a loads its TLS from files, as --peer-tls-* would.
 	dir := t.TempDir()
 	certPEM, keyPEM, err := f.ca.Issue(pki.IssueOptions{
-		CommonName: "a", URIs: []*url.URL{federation.ReplicaURI("example.org", "a")},
+		CommonName: "a", URIs: []*url.URL{peerstream.ReplicaURI("example.org", "a")},
 		Validity: time.Hour, Server: true, Client: true, Now: time.Now(),
 	})
 	if err != nil {
@@ -389,11 +390,11 @@ func TestPeerMeshHelloCatchUpBroadcast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	serverA, clientA, err := federation.LoadPeerTLS(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt"))
+	serverA, clientA, err := peerstream.LoadPeerTLS(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := f.start("a", "", func(o *federation.PeerOptions) { o.TLS, o.ClientTLS = serverA, clientA })
+	a := f.start("a", "", func(o *peerstream.PeerOptions) { o.TLS, o.ClientTLS = serverA, clientA })
 	b := f.start("b", "")
 	c := f.start("c", "")
 	f.connectAll()
@@ -447,7 +448,7 @@ func TestPeerMeshHelloCatchUpBroadcast(t *testing.T) {
 			len(c.rec.received("a", func(m *federation.PeerMessage) bool { return string(m.Trust) == `{"roots":["x"]}` })) == 1
 	})
 
-	if err := a.peers.Send("nobody", &federation.PeerMessage{Resync: []model.ClusterID{"x"}}); !errors.Is(err, federation.ErrPeerNotConnected) {
+	if err := a.peers.Send("nobody", &federation.PeerMessage{Resync: []model.ClusterID{"x"}}); !errors.Is(err, peerstream.ErrPeerNotConnected) {
 		t.Errorf("Send to an unknown peer: %v, want ErrPeerNotConnected", err)
 	}
 	if err := a.peers.Broadcast(&federation.PeerMessage{Delta: &federation.ShardDelta{Cluster: "c-a", Hostname: peerHost}}); !errors.Is(err, federation.ErrMalformedMessage) {
@@ -608,13 +609,13 @@ func TestPeerRefusesCertificateFromAnotherCA(t *testing.T) {
 	}
 	// A client whose certificate names replica a, from the wrong CA, but
 	// which trusts b's CA: the server refuses it in the handshake.
-	cert, err := federation.PeerCertificate(other, "a", time.Now())
+	cert, err := peerstream.PeerCertificate(other, "a", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(f.ca.Cert)
-	_, client := federation.PeerTLS(pool, cert)
+	_, client := peerstream.PeerTLS(pool, cert)
 	// The refusal shows at NewStream, SendMsg or RecvMsg, depending on
 	// when the server's alert arrives.
 	raw, err := openPeerRaw(t, b.addr, client)
@@ -760,7 +761,7 @@ func TestPeerMalformedFramesDropped(t *testing.T) {
 // queue; the stream is closed and counted rather than buffering forever.
 func TestPeerSendOverflowClosesStream(t *testing.T) {
 	f := newPeerFleet(t)
-	b := f.start("b", "", func(o *federation.PeerOptions) { o.SendQueue = 2 })
+	b := f.start("b", "", func(o *peerstream.PeerOptions) { o.SendQueue = 2 })
 	_, client := f.tlsFor("a")
 	raw := dialPeerRaw(t, b.addr, client)
 	raw.send(&federation.PeerMessage{Hello: &federation.Hello{Replica: "a", Protocol: federation.PeerProtocol}})
@@ -774,7 +775,7 @@ func TestPeerSendOverflowClosesStream(t *testing.T) {
 	peerEventually(t, "the stream to close", func() bool {
 		return len(b.peers.Connected()) == 0 && b.rec.downCount("a") == 1
 	})
-	if err := b.peers.Send("a", &federation.PeerMessage{Trust: big}); !errors.Is(err, federation.ErrPeerNotConnected) {
+	if err := b.peers.Send("a", &federation.PeerMessage{Trust: big}); !errors.Is(err, peerstream.ErrPeerNotConnected) {
 		t.Errorf("Send after overflow: %v, want ErrPeerNotConnected", err)
 	}
 }
@@ -900,7 +901,7 @@ func TestPeerCertificateIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := federation.PeerCertificate(ca, "hub-0.example", peerNow)
+	cert, err := peerstream.PeerCertificate(ca, "hub-0.example", peerNow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -911,14 +912,14 @@ func TestPeerCertificateIdentity(t *testing.T) {
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
 		t.Errorf("ext key usage %v, want server and client", leaf.ExtKeyUsage)
 	}
-	for td, want := range map[string]error{"": nil, "cluster.local": nil, "example.org": federation.ErrPeerIdentity} {
-		id, err := federation.ReplicaFromCertificate(leaf, td)
+	for td, want := range map[string]error{"": nil, "cluster.local": nil, "example.org": peerstream.ErrPeerIdentity} {
+		id, err := peerstream.ReplicaFromCertificate(leaf, td)
 		if !errors.Is(err, want) || (want == nil && (err != nil || id != "hub-0.example")) {
 			t.Errorf("trust domain %q: %q, %v; want error %v", td, id, err, want)
 		}
 	}
 	for _, bad := range []federation.ReplicaID{"", "a/b", "..", "a b", "ü"} {
-		if _, err := federation.PeerCertificate(ca, bad, peerNow); !errors.Is(err, federation.ErrPeerIdentity) {
+		if _, err := peerstream.PeerCertificate(ca, bad, peerNow); !errors.Is(err, peerstream.ErrPeerIdentity) {
 			t.Errorf("PeerCertificate(%q): %v, want ErrPeerIdentity", bad, err)
 		}
 	}
@@ -954,7 +955,7 @@ func TestPeerCertificateIdentity(t *testing.T) {
 		"with port":       issue("spiffe://cluster.local:8080/meshfed/replica/a"),
 		"no trust domain": issue("spiffe:///meshfed/replica/a"),
 	} {
-		if id, err := federation.ReplicaFromCertificate(c, ""); !errors.Is(err, federation.ErrPeerIdentity) {
+		if id, err := peerstream.ReplicaFromCertificate(c, ""); !errors.Is(err, peerstream.ErrPeerIdentity) {
 			t.Errorf("%s: %q, %v; want ErrPeerIdentity", name, id, err)
 		}
 	}
@@ -963,25 +964,25 @@ func TestPeerCertificateIdentity(t *testing.T) {
 func TestPeerNewPeersRejectsBadOptions(t *testing.T) {
 	f := newPeerFleet(t)
 	server, client := f.tlsFor("a")
-	good := func() federation.PeerOptions {
-		return federation.PeerOptions{Self: "a", ListenAddr: "127.0.0.1:0", TLS: server.Clone(), ClientTLS: client.Clone(), Handler: newPeerRecorder("a")}
+	good := func() peerstream.PeerOptions {
+		return peerstream.PeerOptions{Self: "a", ListenAddr: "127.0.0.1:0", TLS: server.Clone(), ClientTLS: client.Clone(), Handler: newPeerRecorder("a")}
 	}
-	if _, err := federation.NewPeers(good()); err != nil {
+	if _, err := peerstream.NewPeers(good()); err != nil {
 		t.Fatalf("good options: %v", err)
 	}
-	for name, edit := range map[string]func(*federation.PeerOptions){
-		"bad self":             func(o *federation.PeerOptions) { o.Self = "a/b" },
-		"no listen address":    func(o *federation.PeerOptions) { o.ListenAddr = "" },
-		"no handler":           func(o *federation.PeerOptions) { o.Handler = nil },
-		"no server TLS":        func(o *federation.PeerOptions) { o.TLS = nil },
-		"no client auth":       func(o *federation.PeerOptions) { o.TLS.ClientAuth = tls.RequestClientCert },
-		"no client cert":       func(o *federation.PeerOptions) { o.ClientTLS.Certificates = nil },
-		"unverified server":    func(o *federation.PeerOptions) { o.ClientTLS.VerifyConnection = nil },
-		"invalid trust domain": func(o *federation.PeerOptions) { o.TrustDomain = "Example.ORG" },
+	for name, edit := range map[string]func(*peerstream.PeerOptions){
+		"bad self":             func(o *peerstream.PeerOptions) { o.Self = "a/b" },
+		"no listen address":    func(o *peerstream.PeerOptions) { o.ListenAddr = "" },
+		"no handler":           func(o *peerstream.PeerOptions) { o.Handler = nil },
+		"no server TLS":        func(o *peerstream.PeerOptions) { o.TLS = nil },
+		"no client auth":       func(o *peerstream.PeerOptions) { o.TLS.ClientAuth = tls.RequestClientCert },
+		"no client cert":       func(o *peerstream.PeerOptions) { o.ClientTLS.Certificates = nil },
+		"unverified server":    func(o *peerstream.PeerOptions) { o.ClientTLS.VerifyConnection = nil },
+		"invalid trust domain": func(o *peerstream.PeerOptions) { o.TrustDomain = "Example.ORG" },
 	} {
 		o := good()
 		edit(&o)
-		if _, err := federation.NewPeers(o); !errors.Is(err, federation.ErrInvalidPeerOptions) {
+		if _, err := peerstream.NewPeers(o); !errors.Is(err, peerstream.ErrInvalidPeerOptions) {
 			t.Errorf("%s: %v, want ErrInvalidPeerOptions", name, err)
 		}
 	}
@@ -989,10 +990,10 @@ func TestPeerNewPeersRejectsBadOptions(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	o := good()
 	o.Metrics = reg
-	if _, err := federation.NewPeers(o); err != nil {
+	if _, err := peerstream.NewPeers(o); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := federation.NewPeers(o); err == nil {
+	if _, err := peerstream.NewPeers(o); err == nil {
 		t.Error("second registration on one registry succeeded")
 	}
 }
@@ -1001,7 +1002,7 @@ func TestPeerNewPeersRejectsBadOptions(t *testing.T) {
 // another trust domain is refused even from the shared CA.
 func TestPeerTrustDomainEnforced(t *testing.T) {
 	f := newPeerFleet(t)
-	b := f.start("b", "", func(o *federation.PeerOptions) { o.TrustDomain = "meshfed.example" })
+	b := f.start("b", "", func(o *peerstream.PeerOptions) { o.TrustDomain = "meshfed.example" })
 	// PeerCertificate names cluster.local.
 	_, client := f.tlsFor("a")
 	raw := dialPeerRaw(t, b.addr, client)

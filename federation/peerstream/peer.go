@@ -1,8 +1,6 @@
-package federation
+package peerstream
 
-// The peer transport: one gRPC bidi stream with mutual TLS between each pair
-// of replicas, carrying protobuf frames (federation/peerpb). This file is the I/O shell; what the
-// frames mean (merging snapshots and deltas) belongs to the PeerHandler.
+// The stream engine: dialing, Hello, the reader and writer of each link.
 
 import (
 	"context"
@@ -26,40 +24,30 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshfed/meshfed/federation"
 )
 
 // Errors of the peer transport.
 var (
-	// ErrMalformedMessage means a PeerMessage breaks the rules of
-	// PeerMessage.Validate, or a frame is not the encoding of one. The wrapping
-	// error says what is wrong.
-	ErrMalformedMessage = errors.New("federation: malformed peer message")
 	// ErrPeerNotConnected is returned by Peers.Send when there is no open
 	// stream to the replica.
-	ErrPeerNotConnected = errors.New("federation: peer not connected")
+	ErrPeerNotConnected = errors.New("peerstream: peer not connected")
 	// ErrPeerOverflow means a peer's send queue was full: the message was
 	// dropped and the stream to that peer closed, so that the peer catches
 	// up with snapshots when it reconnects.
-	ErrPeerOverflow = errors.New("federation: peer send queue overflow")
+	ErrPeerOverflow = errors.New("peerstream: peer send queue overflow")
 	// ErrPeerIdentity means a certificate carries no replica identity, or
 	// not the one expected.
-	ErrPeerIdentity = errors.New("federation: peer identity")
+	ErrPeerIdentity = errors.New("peerstream: peer identity")
 	// ErrInvalidPeerOptions is returned by NewPeers for options it cannot
 	// use.
-	ErrInvalidPeerOptions = errors.New("federation: invalid peer options")
+	ErrInvalidPeerOptions = errors.New("peerstream: invalid peer options")
 	// ErrPeersRunning is returned by a second call of Peers.Run.
-	ErrPeersRunning = errors.New("federation: peers already running")
+	ErrPeersRunning = errors.New("peerstream: peers already running")
 )
 
 const (
-	// PeerProtocol is the version of the frames this replica speaks. A
-	// peer whose Hello names another version is refused. Add fields
-	// freely (unknown fields are ignored); bump the version only for a
-	// change an older replica would misread. Version 2: frames are
-	// protobuf (federation/peerpb), no longer JSON; a version-1 replica's
-	// frames are refused as undecodable.
-	PeerProtocol = 2
-
 	// MaxPeerFrameBytes bounds one frame on the wire. gRPC enforces it on
 	// receive and send; Broadcast and Send refuse a larger message before
 	// it is queued. A snapshot of a cluster with 100k endpoints is about
@@ -106,15 +94,15 @@ const (
 // Peers.Broadcast, which never block.
 type PeerHandler interface {
 	// PeerHello is called when a stream to a peer opens, in either
-	// direction, with the digest from its Hello. It returns the messages
-	// to send that peer before anything else (catch-up snapshots).
-	// Everything broadcast after PeerHello is called is sent after them, so
-	// a snapshot taken inside PeerHello is never overtaken by an older
-	// delta.
-	PeerHello(from ReplicaID, digest Digest) []*PeerMessage
+	// direction, with its Hello (whose Digest says what it holds). It
+	// returns the messages to send that peer before anything else
+	// (catch-up snapshots). Everything broadcast after PeerHello is called
+	// is sent after them, so a snapshot taken inside PeerHello is never
+	// overtaken by an older delta.
+	PeerHello(from federation.ReplicaID, hello *federation.Hello) []*federation.PeerMessage
 	// PeerMessage delivers a validated message from a peer. It is never a
 	// Hello.
-	PeerMessage(from ReplicaID, msg *PeerMessage)
+	PeerMessage(from federation.ReplicaID, msg *federation.PeerMessage)
 }
 
 // PeerOptions configure Peers. Zero durations and sizes take the defaults
@@ -122,7 +110,7 @@ type PeerHandler interface {
 type PeerOptions struct {
 	// Self is this replica; it must match the identity in the certificates
 	// of TLS and ClientTLS.
-	Self ReplicaID
+	Self federation.ReplicaID
 	// ListenAddr is the address to serve peers on, such as ":7947" or
 	// "127.0.0.1:0".
 	ListenAddr string
@@ -142,7 +130,7 @@ type PeerOptions struct {
 	// LocalDigest returns this replica's digest for its Hello. It is
 	// called from stream goroutines, concurrently, and must not block. Nil
 	// sends an empty digest.
-	LocalDigest func() Digest
+	LocalDigest func() federation.Digest
 	// Log receives connection events and rejections.
 	Log logr.Logger
 	// Metrics, when set, registers the transport's metrics.
@@ -189,12 +177,12 @@ func (o *PeerOptions) defaults() {
 		o.Keepalive = 5 * time.Second
 	}
 	if o.LocalDigest == nil {
-		o.LocalDigest = func() Digest { return Digest{} }
+		o.LocalDigest = func() federation.Digest { return federation.Digest{} }
 	}
 }
 
 func (o *PeerOptions) validate() error {
-	if err := checkReplicaID(o.Self); err != nil {
+	if err := o.Self.Validate(); err != nil {
 		return fmt.Errorf("%w: Self: %w", ErrInvalidPeerOptions, err)
 	}
 	if o.ListenAddr == "" {
@@ -270,12 +258,12 @@ type Peers struct {
 	// runCtx is Run's context, the parent of every dialer.
 	runCtx context.Context
 	// desired is the last SetPeers, without Self.
-	desired map[ReplicaID]string
+	desired map[federation.ReplicaID]string
 	// dialers are the peers this replica dials, by ID.
-	dialers map[ReplicaID]*peerDialer
+	dialers map[federation.ReplicaID]*peerDialer
 	// links are the open streams by peer, at most one per peer.
-	links  map[ReplicaID]*peerLink
-	onDown []func(ReplicaID)
+	links  map[federation.ReplicaID]*peerLink
+	onDown []func(federation.ReplicaID)
 }
 
 // peerDialer keeps one outbound stream to a peer open.
@@ -286,7 +274,7 @@ type peerDialer struct {
 
 // peerLink is one open, authenticated stream to a peer.
 type peerLink struct {
-	id       ReplicaID
+	id       federation.ReplicaID
 	outbound bool
 	// ctx ends when the stream is closed, with the reason as its cause.
 	ctx    context.Context
@@ -313,9 +301,9 @@ func NewPeers(opts PeerOptions) (*Peers, error) {
 		log:     opts.Log,
 		metrics: newPeerMetrics(),
 		bound:   make(chan struct{}),
-		desired: map[ReplicaID]string{},
-		dialers: map[ReplicaID]*peerDialer{},
-		links:   map[ReplicaID]*peerLink{},
+		desired: map[federation.ReplicaID]string{},
+		dialers: map[federation.ReplicaID]*peerDialer{},
+		links:   map[federation.ReplicaID]*peerLink{},
 	}
 	if opts.Metrics != nil {
 		if err := p.metrics.register(opts.Metrics); err != nil {
@@ -427,13 +415,13 @@ func (p *Peers) Addr() net.Addr {
 // either direction, of replicas the previous call listed and this one does
 // not. A stream from a replica never listed is accepted: membership views
 // converge at different times.
-func (p *Peers) SetPeers(peers map[ReplicaID]string) {
-	desired := make(map[ReplicaID]string, len(peers))
+func (p *Peers) SetPeers(peers map[federation.ReplicaID]string) {
+	desired := make(map[federation.ReplicaID]string, len(peers))
 	for id, addr := range peers {
 		if id == p.opts.Self {
 			continue
 		}
-		if err := checkReplicaID(id); err != nil || addr == "" {
+		if err := id.Validate(); err != nil || addr == "" {
 			p.log.Info("ignoring peer with invalid ID or no address", "peer", id, "addr", addr)
 			continue
 		}
@@ -455,7 +443,7 @@ func (p *Peers) SetPeers(peers map[ReplicaID]string) {
 }
 
 // dials reports whether this replica dials peer id: the lower ID dials.
-func (p *Peers) dials(id ReplicaID) bool { return p.opts.Self < id }
+func (p *Peers) dials(id federation.ReplicaID) bool { return p.opts.Self < id }
 
 // reconcileLocked starts and stops dialers to match desired. p.mu must be
 // held.
@@ -488,7 +476,7 @@ func (p *Peers) reconcileLocked() {
 // whose queue is full has its stream closed (and catches up when it
 // reconnects). It returns an error only for a message that cannot be sent
 // at all (ErrMalformedMessage), which it also logs.
-func (p *Peers) Broadcast(msg *PeerMessage) error {
+func (p *Peers) Broadcast(msg *federation.PeerMessage) error {
 	f, err := encodeOutbound(msg)
 	if err != nil {
 		p.log.Error(err, "not broadcasting malformed message")
@@ -507,7 +495,7 @@ func (p *Peers) Broadcast(msg *PeerMessage) error {
 // ErrPeerNotConnected when there is no stream to the peer, ErrPeerOverflow
 // when the peer's queue is full (the stream is then closed), and
 // ErrMalformedMessage for a message that cannot be sent.
-func (p *Peers) Send(to ReplicaID, msg *PeerMessage) error {
+func (p *Peers) Send(to federation.ReplicaID, msg *federation.PeerMessage) error {
 	f, err := encodeOutbound(msg)
 	if err != nil {
 		return err
@@ -523,9 +511,9 @@ func (p *Peers) Send(to ReplicaID, msg *PeerMessage) error {
 
 // encodeOutbound encodes a message of the handler's; the Hello is the
 // transport's own.
-func encodeOutbound(msg *PeerMessage) (peerFrame, error) {
+func encodeOutbound(msg *federation.PeerMessage) (peerFrame, error) {
 	if msg != nil && msg.Hello != nil {
-		return peerFrame{}, fmt.Errorf("%w: Hello is sent by the transport", ErrMalformedMessage)
+		return peerFrame{}, fmt.Errorf("%w: federation.Hello is sent by the transport", federation.ErrMalformedMessage)
 	}
 	return encodePeerFrame(msg)
 }
@@ -547,7 +535,7 @@ func (p *Peers) enqueue(l *peerLink, f peerFrame) error {
 }
 
 // Connected returns the peers with an open stream, sorted.
-func (p *Peers) Connected() []ReplicaID {
+func (p *Peers) Connected() []federation.ReplicaID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Sorted(maps.Keys(p.links))
@@ -559,7 +547,7 @@ func (p *Peers) Connected() []ReplicaID {
 // is an early signal of failure, seconds before gossip. fn runs on the
 // stream's goroutine and must not block long; it is not called while Run
 // shuts down.
-func (p *Peers) OnPeerDown(fn func(ReplicaID)) {
+func (p *Peers) OnPeerDown(fn func(federation.ReplicaID)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.onDown = append(p.onDown, fn)
@@ -582,7 +570,7 @@ func (p *Peers) accept(ss grpc.ServerStream) error {
 		return err
 	}
 	if hello.Replica != certID {
-		err := fmt.Errorf("%w: Hello claims replica %q, certificate is of %q", ErrPeerIdentity, hello.Replica, certID)
+		err := fmt.Errorf("%w: federation.Hello claims replica %q, certificate is of %q", ErrPeerIdentity, hello.Replica, certID)
 		p.reject(certID, peerRejectIdentity, err)
 		return status.Error(codes.PermissionDenied, err.Error())
 	}
@@ -596,14 +584,14 @@ func (p *Peers) accept(ss grpc.ServerStream) error {
 		p.reject(certID, peerRejectDirection, err)
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
-	p.metrics.received[peerKindHello].Inc()
+	p.metrics.received[federation.KindHello].Inc()
 	if err := p.sendHello(ss); err != nil {
 		return err
 	}
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	l := p.newLink(hello.Replica, false, lctx, cancel)
-	cause := p.serveLink(l, ss, hello.Digest)
+	cause := p.serveLink(l, ss, hello)
 	switch {
 	case errors.Is(cause, ErrPeerOverflow):
 		return status.Error(codes.ResourceExhausted, cause.Error())
@@ -614,7 +602,7 @@ func (p *Peers) accept(ss grpc.ServerStream) error {
 }
 
 // dialLoop keeps a stream to peer id at addr open until ctx ends.
-func (p *Peers) dialLoop(ctx context.Context, id ReplicaID, addr string) {
+func (p *Peers) dialLoop(ctx context.Context, id federation.ReplicaID, addr string) {
 	log := p.log.WithValues("peer", id, "addr", addr)
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(p.clientCreds(id)),
@@ -657,7 +645,7 @@ func (p *Peers) dialLoop(ctx context.Context, id ReplicaID, addr string) {
 
 // dialOnce opens one stream to id and serves it until it ends. It reports
 // whether the Hellos were exchanged.
-func (p *Peers) dialOnce(ctx context.Context, conn *grpc.ClientConn, id ReplicaID) (bool, error) {
+func (p *Peers) dialOnce(ctx context.Context, conn *grpc.ClientConn, id federation.ReplicaID) (bool, error) {
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	cs, err := conn.NewStream(lctx, &peerServiceDesc.Streams[0], peerSyncMethod)
@@ -675,18 +663,18 @@ func (p *Peers) dialOnce(ctx context.Context, conn *grpc.ClientConn, id ReplicaI
 		return false, err
 	}
 	if hello.Replica != id {
-		err := fmt.Errorf("%w: dialed %q, its Hello claims %q", ErrPeerIdentity, id, hello.Replica)
+		err := fmt.Errorf("%w: dialed %q, its federation.Hello claims %q", ErrPeerIdentity, id, hello.Replica)
 		p.reject(id, peerRejectIdentity, err)
 		return false, err
 	}
-	p.metrics.received[peerKindHello].Inc()
+	p.metrics.received[federation.KindHello].Inc()
 	l := p.newLink(id, true, lctx, cancel)
-	return true, p.serveLink(l, cs, hello.Digest)
+	return true, p.serveLink(l, cs, hello)
 }
 
 // clientCreds are ClientTLS plus a check, in the handshake, that the server
 // is replica id.
-func (p *Peers) clientCreds(id ReplicaID) credentials.TransportCredentials {
+func (p *Peers) clientCreds(id federation.ReplicaID) credentials.TransportCredentials {
 	cfg := p.opts.ClientTLS.Clone()
 	inner := cfg.VerifyConnection
 	trustDomain := p.opts.TrustDomain
@@ -713,7 +701,7 @@ func (p *Peers) clientCreds(id ReplicaID) credentials.TransportCredentials {
 
 // streamIdentity is the replica of the verified client certificate of an
 // inbound stream.
-func (p *Peers) streamIdentity(ctx context.Context) (ReplicaID, error) {
+func (p *Peers) streamIdentity(ctx context.Context) (federation.ReplicaID, error) {
 	pr, ok := peer.FromContext(ctx)
 	if !ok {
 		return "", fmt.Errorf("%w: no peer information", ErrPeerIdentity)
@@ -726,14 +714,14 @@ func (p *Peers) streamIdentity(ctx context.Context) (ReplicaID, error) {
 }
 
 func (p *Peers) sendHello(s frameStream) error {
-	f, err := encodePeerFrame(&PeerMessage{Hello: &Hello{Replica: p.opts.Self, Digest: p.opts.LocalDigest(), Protocol: PeerProtocol}})
+	f, err := encodePeerFrame(&federation.PeerMessage{Hello: &federation.Hello{Replica: p.opts.Self, Digest: p.opts.LocalDigest(), Protocol: federation.PeerProtocol}})
 	if err != nil {
 		return fmt.Errorf("federation: encode hello: %w", err)
 	}
 	if err := s.SendMsg(&wrapperspb.BytesValue{Value: f.data}); err != nil {
 		return err
 	}
-	p.metrics.sent[peerKindHello].Inc()
+	p.metrics.sent[federation.KindHello].Inc()
 	return nil
 }
 
@@ -741,9 +729,9 @@ func (p *Peers) sendHello(s frameStream) error {
 // is a Hello of our protocol. A failure caused by the peer's frame comes
 // with a rejection reason. On timeout it cancels the stream with cancel
 // when given; a server handler instead returns, which ends the stream.
-func (p *Peers) recvHello(ctx context.Context, s frameStream, cancel context.CancelCauseFunc) (*Hello, string, error) {
+func (p *Peers) recvHello(ctx context.Context, s frameStream, cancel context.CancelCauseFunc) (*federation.Hello, string, error) {
 	type result struct {
-		hello  *Hello
+		hello  *federation.Hello
 		reason string
 		err    error
 	}
@@ -761,9 +749,9 @@ func (p *Peers) recvHello(ctx context.Context, s frameStream, cancel context.Can
 		case err != nil:
 			got <- result{reason: reason, err: err}
 		case m.Hello == nil:
-			got <- result{reason: peerRejectNoHello, err: fmt.Errorf("%w: first frame is a %s, not a hello", ErrMalformedMessage, m.kind())}
-		case m.Hello.Protocol != PeerProtocol:
-			got <- result{reason: peerRejectProtocol, err: fmt.Errorf("peer speaks protocol %d, this replica %d", m.Hello.Protocol, PeerProtocol)}
+			got <- result{reason: peerRejectNoHello, err: fmt.Errorf("%w: first frame is a %s, not a hello", federation.ErrMalformedMessage, m.Kind())}
+		case m.Hello.Protocol != federation.PeerProtocol:
+			got <- result{reason: peerRejectProtocol, err: fmt.Errorf("peer speaks protocol %d, this replica %d", m.Hello.Protocol, federation.PeerProtocol)}
 		default:
 			got <- result{hello: m.Hello}
 		}
@@ -784,14 +772,14 @@ func (p *Peers) recvHello(ctx context.Context, s frameStream, cancel context.Can
 	}
 }
 
-func (p *Peers) newLink(id ReplicaID, outbound bool, ctx context.Context, cancel context.CancelCauseFunc) *peerLink {
+func (p *Peers) newLink(id federation.ReplicaID, outbound bool, ctx context.Context, cancel context.CancelCauseFunc) *peerLink {
 	return &peerLink{id: id, outbound: outbound, ctx: ctx, cancel: cancel, queue: make(chan peerFrame, p.opts.SendQueue)}
 }
 
 // serveLink runs an authenticated stream until it closes and returns why.
 // It registers the link (replacing an older one of the same peer), asks
 // the handler for catch-up messages, and runs a reader and a writer.
-func (p *Peers) serveLink(l *peerLink, s frameStream, digest Digest) error {
+func (p *Peers) serveLink(l *peerLink, s frameStream, hello *federation.Hello) error {
 	log := p.log.WithValues("peer", l.id, "outbound", l.outbound)
 	if !p.addLink(l) {
 		return errors.New("shutting down")
@@ -802,7 +790,7 @@ func (p *Peers) serveLink(l *peerLink, s frameStream, digest Digest) error {
 	// Registered first, so that anything broadcast from now on is queued
 	// behind the catch-up messages and never lost in between.
 	var first []peerFrame
-	for _, m := range p.opts.Handler.PeerHello(l.id, digest) {
+	for _, m := range p.opts.Handler.PeerHello(l.id, hello) {
 		f, err := encodeOutbound(m)
 		if err != nil {
 			log.Error(err, "dropping malformed catch-up message")
@@ -873,10 +861,10 @@ func (p *Peers) readLoop(l *peerLink, s frameStream) {
 			continue
 		}
 		if m.Hello != nil {
-			p.reject(l.id, peerRejectHelloAgain, fmt.Errorf("%w: hello after the first frame", ErrMalformedMessage))
+			p.reject(l.id, peerRejectHelloAgain, fmt.Errorf("%w: hello after the first frame", federation.ErrMalformedMessage))
 			continue
 		}
-		p.metrics.received[m.kind()].Inc()
+		p.metrics.received[m.Kind()].Inc()
 		if l.ctx.Err() != nil {
 			return
 		}
@@ -916,7 +904,7 @@ func (p *Peers) write(l *peerLink, s frameStream, f peerFrame) bool {
 	return true
 }
 
-func (p *Peers) reject(from ReplicaID, reason string, err error) {
+func (p *Peers) reject(from federation.ReplicaID, reason string, err error) {
 	p.metrics.rejected.WithLabelValues(reason).Inc()
 	p.log.Info("peer message rejected", "peer", from, "reason", reason, "error", err.Error())
 }
@@ -970,7 +958,7 @@ func newPeerMetrics() *peerMetrics {
 	}
 	// Every label value exists from the start, so that dashboards and
 	// rate() see zeros rather than missing series.
-	for _, k := range peerKinds {
+	for _, k := range federation.PeerKinds() {
 		m.sent[k] = m.messages.WithLabelValues("sent", k)
 		m.received[k] = m.messages.WithLabelValues("received", k)
 	}

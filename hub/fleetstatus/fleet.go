@@ -1,0 +1,174 @@
+package fleetstatus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
+	"github.com/meshfed/meshfed/pkg/proxystatus"
+)
+
+// Proxies is this replica's proxy status as its xDS server tracks it, per
+// stream; *xds.StatusTracker is one. Its methods may be called
+// concurrently and must not block for long.
+type Proxies interface {
+	// Records returns the record of every proxy connected here.
+	Records() []proxystatus.Record
+	// TakeChanges returns the records that changed or appeared since the
+	// last call, and the node IDs of the proxies that are gone. Fleet is
+	// its only caller.
+	TakeChanges() (changed []proxystatus.Record, removed []string)
+	// Changes signals, coalesced, that TakeChanges has something.
+	Changes() <-chan struct{}
+}
+
+// Spokes is this replica's spokes, those whose trust-bundle stream it
+// holds; *trustsvc.Service is one. Its methods may be called concurrently
+// and must not block for long.
+type Spokes interface {
+	// Spokes returns the local spokes; the caller may keep them.
+	Spokes() []debugdoc.Spoke
+	// SpokesChanged signals, coalesced, that Spokes changed.
+	SpokesChanged() <-chan struct{}
+}
+
+// Options configure a Fleet.
+type Options struct {
+	// Self is this replica.
+	Self federation.ReplicaID
+	// Proxies is this replica's tracker. Required.
+	Proxies Proxies
+	// Spokes is this replica's trust-bundle service; nil without a CA.
+	Spokes Spokes
+}
+
+// Fleet is the fleet-wide status of proxies and spokes: this replica's own,
+// taken from its tracker, joined with the records the other replicas send
+// over the peer stream. CSDS, /debug/proxy-status and /debug/spokez answer
+// from it, so every replica gives the same view within a batch interval.
+//
+// Fleet is the fleet-status replicator of the peer stream: Full,
+// TakeChanges, Changed, Apply and DropReplica are what replication calls
+// (replication.ProxyStatusSync); the batch interval is replication's.
+// Local changes reach this replica's own view in the same batches that go
+// to the peers. A Fleet is safe for concurrent use; its methods do not
+// block, and no batch is encoded under a lock that a reader takes.
+type Fleet struct {
+	self    string
+	proxies Proxies
+	view    *proxystatus.Fleet // every replica's proxies, this one's included
+	spokes  *spokeStatus       // spokes ride along: small, rarely changing, answered fleet-wide too
+	// spokesChanged is Options.Spokes' change signal; nil without a CA (a
+	// nil channel never fires).
+	spokesChanged <-chan struct{}
+	changed       chan struct{} // proxies or spokes changed (Run), capacity 1
+}
+
+// New returns the Fleet of opts; Run forwards its local changes.
+func New(opts Options) *Fleet {
+	f := &Fleet{
+		self: string(opts.Self), proxies: opts.Proxies, view: proxystatus.NewFleet(),
+		changed: make(chan struct{}, 1),
+	}
+	var local func() []debugdoc.Spoke
+	if opts.Spokes != nil {
+		local, f.spokesChanged = opts.Spokes.Spokes, opts.Spokes.SpokesChanged()
+	}
+	f.spokes = newSpokeStatus(f.self, local)
+	return f
+}
+
+// Run forwards the changes of the local proxies and spokes to Changed
+// until ctx ends.
+func (f *Fleet) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.proxies.Changes():
+		case <-f.spokesChanged:
+		}
+		select {
+		case f.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// All returns the whole fleet's proxies, sorted (xds.StatusSource: CSDS;
+// /debug/proxy-status).
+func (f *Fleet) All() []proxystatus.Record { return f.view.All() }
+
+// Spokes returns every spoke of the fleet at now, merged over the
+// replicas (/debug/spokez).
+func (f *Fleet) Spokes(now time.Time) debugdoc.Spokez { return f.spokes.all(now) }
+
+// Full returns every local record as a full batch, for a peer that
+// (re)connects; nil when there is nothing to say.
+func (f *Fleet) Full() json.RawMessage {
+	recs := f.proxies.Records()
+	spokes := f.spokes.full()
+	if len(recs) == 0 && len(spokes) == 0 {
+		return nil
+	}
+	raw, _ := json.Marshal(batch{Full: true, Changed: recs, Spokes: &spokes})
+	return raw
+}
+
+// TakeChanges moves the local changes into this replica's view and
+// returns them as a batch for the peers.
+func (f *Fleet) TakeChanges() (json.RawMessage, bool) {
+	changed, removed := f.proxies.TakeChanges()
+	spokes, spokesChanged := f.spokes.take()
+	if len(changed) == 0 && len(removed) == 0 && !spokesChanged {
+		return nil, false
+	}
+	f.view.Upsert(f.self, changed)
+	f.view.Remove(f.self, removed)
+	b := batch{Changed: changed, Removed: removed}
+	if spokesChanged {
+		b.Spokes = &spokes
+	}
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return nil, false
+	}
+	return raw, true
+}
+
+// Changed signals, coalesced, that TakeChanges has something.
+func (f *Fleet) Changed() <-chan struct{} { return f.changed }
+
+// Apply merges a batch of replica from. A record must name its sender as
+// replica: a peer cannot speak for another.
+func (f *Fleet) Apply(from federation.ReplicaID, raw json.RawMessage) error {
+	var b batch
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return fmt.Errorf("fleetstatus: batch: %w", err)
+	}
+	for _, r := range b.Changed {
+		if r.Replica != string(from) {
+			return fmt.Errorf("fleetstatus: batch from %s carries a record of replica %q", from, r.Replica)
+		}
+	}
+	if b.Spokes != nil {
+		f.spokes.apply(string(from), *b.Spokes)
+	}
+	if b.Full {
+		f.view.Replace(string(from), b.Changed)
+		return nil
+	}
+	f.view.Upsert(string(from), b.Changed)
+	f.view.Remove(string(from), b.Removed)
+	return nil
+}
+
+// DropReplica forgets a departed replica's proxies and spokes: their
+// streams are gone with it.
+func (f *Fleet) DropReplica(id federation.ReplicaID) {
+	f.view.DropReplica(string(id))
+	f.spokes.drop(string(id))
+}
