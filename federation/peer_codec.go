@@ -4,8 +4,10 @@ package federation
 // pure; the transport marshals a broadcast once for every peer.
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 	"unique"
 
@@ -169,7 +171,8 @@ func versionFromProto(v *peerpb.Version) Version {
 }
 
 // shardToProto encodes a shard of cluster c; endpoints of c leave their
-// cluster out. A nil shard is nil (a deletion).
+// cluster out, and the target ports' names are written once per shard. A
+// nil shard is nil (a deletion).
 func shardToProto(c model.ClusterID, s *model.ServiceShard) *peerpb.Shard {
 	if s == nil {
 		return nil
@@ -183,8 +186,11 @@ func shardToProto(c model.ClusterID, s *model.ServiceShard) *peerpb.Shard {
 		}
 		out.Service = ps
 	}
-	// One allocation for every endpoint of the shard.
+	out.PortNames = portNames(s)
+	// One allocation for every endpoint of the shard, one for every target
+	// port.
 	eps := make([]peerpb.Endpoint, len(s.Endpoints))
+	ports := make([]uint32, len(s.Endpoints)*len(out.PortNames))
 	for i := range s.Endpoints {
 		e, pe := &s.Endpoints[i], &eps[i]
 		if e.Cluster != c {
@@ -194,10 +200,54 @@ func shardToProto(c model.ClusterID, s *model.ServiceShard) *peerpb.Shard {
 			pe.Address = e.Address.AsSlice()
 		}
 		pe.Region, pe.Zone, pe.SubZone = e.Locality.Region, e.Locality.Zone, e.Locality.SubZone
-		pe.Ready, pe.ServiceAccount, pe.Pod, pe.Ports = e.Ready, e.ServiceAccount, e.Pod, e.Ports
+		pe.Ready, pe.ServiceAccount, pe.Pod = e.Ready, e.ServiceAccount, e.Pod
+		if len(e.Ports) > 0 {
+			tp := ports[i*len(out.PortNames) : (i+1)*len(out.PortNames) : (i+1)*len(out.PortNames)]
+			for j, name := range out.PortNames {
+				tp[j] = e.Ports[name]
+			}
+			pe.TargetPorts = tp
+		}
 		out.Endpoints[i] = pe
 	}
 	return out
+}
+
+// portNames returns the names of the target ports of s's endpoints: the
+// service's port names in order, then any other name an endpoint uses,
+// sorted.
+func portNames(s *model.ServiceShard) []string {
+	var names []string
+	known := map[string]bool{}
+	if s.Service != nil {
+		for _, p := range s.Service.Ports {
+			if !known[p.Name] {
+				known[p.Name] = true
+				names = append(names, p.Name)
+			}
+		}
+	}
+	var extra []string
+	for i := range s.Endpoints {
+		e := &s.Endpoints[i]
+		found := 0
+		for _, name := range names {
+			if _, ok := e.Ports[name]; ok {
+				found++
+			}
+		}
+		if found == len(e.Ports) {
+			continue // the common case: no map iteration
+		}
+		for name := range e.Ports {
+			if !known[name] {
+				known[name] = true
+				extra = append(extra, name)
+			}
+		}
+	}
+	slices.Sort(extra)
+	return append(names, extra...)
 }
 
 func shardFromProto(c model.ClusterID, p *peerpb.Shard) (*model.ServiceShard, error) {
@@ -210,6 +260,11 @@ func shardFromProto(c model.ClusterID, p *peerpb.Shard) (*model.ServiceShard, er
 		}
 		out.Service = svc
 	}
+	names := p.GetPortNames()
+	for i, name := range names {
+		names[i] = intern(name)
+	}
+	ports := portMaps{names: names}
 	for i, pe := range p.GetEndpoints() {
 		e := &out.Endpoints[i]
 		e.Cluster = c
@@ -225,14 +280,44 @@ func shardFromProto(c model.ClusterID, p *peerpb.Shard) (*model.ServiceShard, er
 		}
 		e.Locality = model.Locality{Region: intern(pe.GetRegion()), Zone: intern(pe.GetZone()), SubZone: intern(pe.GetSubZone())}
 		e.Ready, e.ServiceAccount, e.Pod = pe.GetReady(), intern(pe.GetServiceAccount()), pe.GetPod()
-		if len(pe.GetPorts()) > 0 {
-			e.Ports = make(map[string]uint32, len(pe.GetPorts()))
-			for name, port := range pe.GetPorts() {
-				e.Ports[intern(name)] = port
+		if tp := pe.GetTargetPorts(); len(tp) > 0 {
+			if len(tp) != len(names) {
+				return nil, fmt.Errorf("endpoint %d: %d target ports for %d port names", i, len(tp), len(names))
 			}
+			e.Ports = ports.get(tp)
 		}
 	}
 	return out, nil
+}
+
+// portMaps builds the Ports maps of one shard's endpoints. Endpoints with
+// the same target ports share one map (shards are immutable once built),
+// so a receiving replica holds one map per distinct set of target ports,
+// not one per endpoint.
+type portMaps struct {
+	names []string
+	seen  map[string]map[string]uint32
+}
+
+func (pm *portMaps) get(tp []uint32) map[string]uint32 {
+	key := make([]byte, 0, 4*len(tp))
+	for _, p := range tp {
+		key = binary.LittleEndian.AppendUint32(key, p)
+	}
+	if m, ok := pm.seen[string(key)]; ok {
+		return m
+	}
+	m := make(map[string]uint32, len(tp))
+	for j, p := range tp {
+		if p != 0 {
+			m[pm.names[j]] = p
+		}
+	}
+	if pm.seen == nil {
+		pm.seen = map[string]map[string]uint32{}
+	}
+	pm.seen[string(key)] = m
+	return m
 }
 
 // intern returns the canonical copy of s.

@@ -547,6 +547,7 @@ type Shard struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       *Service               `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
 	Endpoints     []*Endpoint            `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	PortNames     []string               `protobuf:"bytes,3,rep,name=port_names,json=portNames,proto3" json:"port_names,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,6 +592,13 @@ func (x *Shard) GetService() *Service {
 func (x *Shard) GetEndpoints() []*Endpoint {
 	if x != nil {
 		return x.Endpoints
+	}
+	return nil
+}
+
+func (x *Shard) GetPortNames() []string {
+	if x != nil {
+		return x.PortNames
 	}
 	return nil
 }
@@ -733,7 +741,7 @@ type Endpoint struct {
 	Ready          bool                   `protobuf:"varint,6,opt,name=ready,proto3" json:"ready,omitempty"`
 	ServiceAccount string                 `protobuf:"bytes,7,opt,name=service_account,json=serviceAccount,proto3" json:"service_account,omitempty"`
 	Pod            string                 `protobuf:"bytes,8,opt,name=pod,proto3" json:"pod,omitempty"`
-	Ports          map[string]uint32      `protobuf:"bytes,9,rep,name=ports,proto3" json:"ports,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	TargetPorts    []uint32               `protobuf:"varint,10,rep,packed,name=target_ports,json=targetPorts,proto3" json:"target_ports,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -824,9 +832,9 @@ func (x *Endpoint) GetPod() string {
 	return ""
 }
 
-func (x *Endpoint) GetPorts() map[string]uint32 {
+func (x *Endpoint) GetTargetPorts() []uint32 {
 	if x != nil {
-		return x.Ports
+		return x.TargetPorts
 	}
 	return nil
 }
@@ -874,10 +882,12 @@ const file_federation_peerpb_peer_proto_rawDesc = "" +
 	"\bclusters\x18\x01 \x03(\tR\bclusters\"f\n" +
 	"\x10ClusterTombstone\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x128\n" +
-	"\aversion\x18\x02 \x01(\v2\x1e.meshfed.federation.v1.VersionR\aversion\"\x80\x01\n" +
+	"\aversion\x18\x02 \x01(\v2\x1e.meshfed.federation.v1.VersionR\aversion\"\x9f\x01\n" +
 	"\x05Shard\x128\n" +
 	"\aservice\x18\x01 \x01(\v2\x1e.meshfed.federation.v1.ServiceR\aservice\x12=\n" +
-	"\tendpoints\x18\x02 \x03(\v2\x1f.meshfed.federation.v1.EndpointR\tendpoints\"\x91\x01\n" +
+	"\tendpoints\x18\x02 \x03(\v2\x1f.meshfed.federation.v1.EndpointR\tendpoints\x12\x1d\n" +
+	"\n" +
+	"port_names\x18\x03 \x03(\tR\tportNames\"\x91\x01\n" +
 	"\aService\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -886,7 +896,7 @@ const file_federation_peerpb_peer_proto_rawDesc = "" +
 	"\vServicePort\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
-	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\xd2\x02\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\xff\x01\n" +
 	"\bEndpoint\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\fR\aaddress\x12\x16\n" +
@@ -895,12 +905,10 @@ const file_federation_peerpb_peer_proto_rawDesc = "" +
 	"\bsub_zone\x18\x05 \x01(\tR\asubZone\x12\x14\n" +
 	"\x05ready\x18\x06 \x01(\bR\x05ready\x12'\n" +
 	"\x0fservice_account\x18\a \x01(\tR\x0eserviceAccount\x12\x10\n" +
-	"\x03pod\x18\b \x01(\tR\x03pod\x12@\n" +
-	"\x05ports\x18\t \x03(\v2*.meshfed.federation.v1.Endpoint.PortsEntryR\x05ports\x1a8\n" +
-	"\n" +
-	"PortsEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01B.Z,github.com/meshfed/meshfed/federation/peerpbb\x06proto3"
+	"\x03pod\x18\b \x01(\tR\x03pod\x12!\n" +
+	"\ftarget_ports\x18\n" +
+	" \x03(\rR\vtargetPortsJ\x04\b\t\x10\n" +
+	"B.Z,github.com/meshfed/meshfed/federation/peerpbb\x06proto3"
 
 var (
 	file_federation_peerpb_peer_proto_rawDescOnce sync.Once
@@ -914,7 +922,7 @@ func file_federation_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_federation_peerpb_peer_proto_rawDescData
 }
 
-var file_federation_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_federation_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_federation_peerpb_peer_proto_goTypes = []any{
 	(*PeerMessage)(nil),      // 0: meshfed.federation.v1.PeerMessage
 	(*Hello)(nil),            // 1: meshfed.federation.v1.Hello
@@ -928,7 +936,6 @@ var file_federation_peerpb_peer_proto_goTypes = []any{
 	(*ServicePort)(nil),      // 9: meshfed.federation.v1.ServicePort
 	(*Endpoint)(nil),         // 10: meshfed.federation.v1.Endpoint
 	nil,                      // 11: meshfed.federation.v1.Hello.DigestEntry
-	nil,                      // 12: meshfed.federation.v1.Endpoint.PortsEntry
 }
 var file_federation_peerpb_peer_proto_depIdxs = []int32{
 	1,  // 0: meshfed.federation.v1.PeerMessage.hello:type_name -> meshfed.federation.v1.Hello
@@ -945,13 +952,12 @@ var file_federation_peerpb_peer_proto_depIdxs = []int32{
 	8,  // 11: meshfed.federation.v1.Shard.service:type_name -> meshfed.federation.v1.Service
 	10, // 12: meshfed.federation.v1.Shard.endpoints:type_name -> meshfed.federation.v1.Endpoint
 	9,  // 13: meshfed.federation.v1.Service.ports:type_name -> meshfed.federation.v1.ServicePort
-	12, // 14: meshfed.federation.v1.Endpoint.ports:type_name -> meshfed.federation.v1.Endpoint.PortsEntry
-	2,  // 15: meshfed.federation.v1.Hello.DigestEntry.value:type_name -> meshfed.federation.v1.Version
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	2,  // 14: meshfed.federation.v1.Hello.DigestEntry.value:type_name -> meshfed.federation.v1.Version
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_federation_peerpb_peer_proto_init() }
@@ -974,7 +980,7 @@ func file_federation_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_federation_peerpb_peer_proto_rawDesc), len(file_federation_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
