@@ -3,7 +3,6 @@ package federation
 import (
 	"bufio"
 	"errors"
-	"flag"
 	"fmt"
 	"maps"
 	"math"
@@ -18,9 +17,8 @@ import (
 	"time"
 
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
-
-var updateScenarios = flag.Bool("update", false, "rewrite the expected output of testdata/state/*.txt")
 
 var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
@@ -827,11 +825,11 @@ func runScenario(t *testing.T, file string) {
 		}
 		got := runCommand(t, r, line)
 		fmt.Fprintf(&out, "%s\n----\n%s\n", line, got)
-		if !*updateScenarios && got != expected.String() {
+		if !testutil.Updating() && got != expected.String() {
 			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", file, cmdLine, line, got, expected.String())
 		}
 	}
-	if *updateScenarios {
+	if testutil.Updating() {
 		if err := os.WriteFile(file, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 var lanBaseline = flag.Bool("membership.lan-baseline", false,
@@ -37,15 +38,7 @@ var (
 // waitGossip polls cond until it holds or timeout passes.
 func waitGossip(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
+	testutil.Eventually(t, timeout, 10*time.Millisecond, testutil.Holds(what, cond))
 }
 
 // gossipLogs collects log lines of one node; they are printed only if the

@@ -33,6 +33,7 @@ import (
 	"github.com/meshfed/meshfed/federation/peerstream"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // The peer tests run real gRPC over 127.0.0.1 with mutual TLS from
@@ -45,15 +46,7 @@ var peerNow = time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 // peerEventually polls cond until it holds or peerWait passes.
 func peerEventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(peerWait)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", peerWait, what)
-		}
-		<-tick.C
-	}
+	testutil.Eventually(t, peerWait, 10*time.Millisecond, testutil.Holds(what, cond))
 }
 
 const peerHost = model.Hostname("web.default.svc.cluster.local")
@@ -912,7 +905,7 @@ func TestPeerCertificateIdentity(t *testing.T) {
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) || !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
 		t.Errorf("ext key usage %v, want server and client", leaf.ExtKeyUsage)
 	}
-	for td, want := range map[string]error{"": nil, "cluster.local": nil, "example.org": peerstream.ErrPeerIdentity} {
+	for td, want := range map[pki.TrustDomain]error{"": nil, "cluster.local": nil, "example.org": peerstream.ErrPeerIdentity} {
 		id, err := peerstream.ReplicaFromCertificate(leaf, td)
 		if !errors.Is(err, want) || (want == nil && (err != nil || id != "hub-0.example")) {
 			t.Errorf("trust domain %q: %q, %v; want error %v", td, id, err, want)

@@ -26,6 +26,7 @@ import (
 	"github.com/meshfed/meshfed/hub/remotes"
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // env is one real kube-apiserver, used both as the config cluster and,
@@ -147,17 +148,7 @@ func workloadObjects() []client.Object {
 
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, testutil.Named(what, cond))
 }
 
 const echoHost = model.Hostname("echo.demo.svc.cluster.local")

@@ -20,6 +20,7 @@ import (
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 func freePorts(t *testing.T, n int) []string {
@@ -89,17 +90,7 @@ func startReplicaWith(t *testing.T, id federation.ReplicaID, ca *pki.CA, key []b
 
 func waitFor(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, testutil.Named(what, cond))
 }
 
 const echo = model.Hostname("echo.demo.svc.cluster.local")

@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/meshfed/meshfed/pkg/proxystatus"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 var statusT0 = time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
@@ -314,17 +315,7 @@ func TestTrackerDrain(t *testing.T) {
 // waitUntil polls cond until it returns nil, for at most 20s.
 func waitUntil(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, testutil.Named(what, cond))
 }
 
 // TestTrackerConcurrent runs many streams at once under -race.

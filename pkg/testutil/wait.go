@@ -91,3 +91,23 @@ func holds(ctx context.Context, d, interval time.Duration, cond func() error) er
 		}
 	}
 }
+
+// Holds adapts a boolean condition: its error names what is awaited.
+func Holds(what string, cond func() bool) func() error {
+	return func() error {
+		if !cond() {
+			return fmt.Errorf("%s: not yet", what)
+		}
+		return nil
+	}
+}
+
+// Named prefixes cond's error with what is awaited.
+func Named(what string, cond func() error) func() error {
+	return func() error {
+		if err := cond(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+}

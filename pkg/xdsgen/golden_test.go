@@ -3,8 +3,6 @@ package xdsgen
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -12,9 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // section is one named list of resources in a golden file.
 type section struct {
@@ -73,20 +70,7 @@ func render(t *testing.T, sections ...section) []byte {
 // the test runs with -update.
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from generated output (run with -update to accept):\n%s", path, got)
-	}
+	testutil.Golden(t, filepath.Join("testdata", name+".golden"), got)
 }
 
 func TestGoldenService(t *testing.T) {
