@@ -34,10 +34,11 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/federation"
-	"github.com/meshfed/meshfed/hub"
 	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/hub/replication"
 	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/trustapi"
 	"github.com/meshfed/meshfed/spoke/shim"
@@ -266,7 +267,7 @@ func TestShimTrustBundle(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := kubernetes.NewForConfigOrDie(f.Config().RESTConfig())
-		peerCA, err := cfg.CoreV1().Secrets(spokeNamespace).Get(ctx, hub.PeerCASecret, metav1.GetOptions{})
+		peerCA, err := cfg.CoreV1().Secrets(spokeNamespace).Get(ctx, replication.PeerCASecret, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -411,7 +412,7 @@ func shimRoot(t *testing.T, td string) federation.Root {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := federation.ParseRootPEM(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), td, "test", time.Now())
+	rs, err := federation.ParseRootPEM(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pki.TrustDomain(td), "test", time.Now())
 	if err != nil || len(rs) != 1 {
 		t.Fatal(errors.Join(err, fmt.Errorf("%d roots", len(rs))))
 	}

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meshfed/meshfed/pkg/pki"
 )
 
 // ErrInvalidRoot means ParseRootPEM found no usable root certificate.
@@ -26,7 +28,7 @@ type Root struct {
 	// PEM is the certificate as one PEM CERTIFICATE block.
 	PEM []byte `json:"pem"`
 	// TrustDomain is the SPIFFE trust domain the root anchors.
-	TrustDomain string `json:"trustDomain"`
+	TrustDomain pki.TrustDomain `json:"trustDomain"`
 	// Source is the replica that added the root.
 	Source ReplicaID `json:"source"`
 	// NotAfter is when the certificate expires; zero means never.
@@ -94,7 +96,7 @@ func (b *TrustBundle) addRoot(r Root) bool {
 	if t, ok := b.tombs[r.Fingerprint]; ok && !t.Removed.Before(r.Added) {
 		return false
 	}
-	k := rootKey{r.TrustDomain, r.Fingerprint}
+	k := rootKey{string(r.TrustDomain), r.Fingerprint}
 	if old, ok := b.roots[k]; ok && compareRoots(r, old) <= 0 {
 		return false
 	}
@@ -260,7 +262,7 @@ func (b *TrustBundle) Hash() string {
 	for _, r := range s.Roots {
 		str(r.Fingerprint)
 		str(string(r.PEM))
-		str(r.TrustDomain)
+		str(string(r.TrustDomain))
 		str(string(r.Source))
 		tm(r.NotAfter)
 		tm(r.Added)
@@ -295,7 +297,7 @@ func (b *TrustBundle) PruneTombstones(before time.Time) {
 // not a CA, or input with no certificate at all is an error wrapping
 // ErrInvalidRoot that names the cause. A certificate repeated in the input
 // is returned once.
-func ParseRootPEM(pemBytes []byte, domain string, source ReplicaID, added time.Time) ([]Root, error) {
+func ParseRootPEM(pemBytes []byte, domain pki.TrustDomain, source ReplicaID, added time.Time) ([]Root, error) {
 	if domain == "" {
 		return nil, fmt.Errorf("no trust domain: %w", ErrInvalidRoot)
 	}
@@ -367,7 +369,7 @@ func compareTombs(a, b Tombstone) int {
 
 func sortRoots(rs []Root) {
 	slices.SortFunc(rs, func(a, b Root) int {
-		if c := strings.Compare(a.TrustDomain, b.TrustDomain); c != 0 {
+		if c := strings.Compare(string(a.TrustDomain), string(b.TrustDomain)); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Fingerprint, b.Fingerprint)

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshfed/meshfed/pkg/pki"
 )
 
 // selfSignedRootPEM returns a PEM self-signed ECDSA P-256 certificate named cn,
@@ -50,7 +52,7 @@ func selfSignedRootPEM(t testing.TB, cn string, notAfter time.Time, ca bool) []b
 // inside it.
 func fakeRoot(fp, domain string, added time.Time) Root {
 	return Root{
-		Fingerprint: fp, PEM: []byte("pem of " + fp), TrustDomain: domain, Source: "hub-0",
+		Fingerprint: fp, PEM: []byte("pem of " + fp), TrustDomain: pki.TrustDomain(domain), Source: "hub-0",
 		NotAfter: testNow.Add(365 * 24 * time.Hour), Added: added,
 	}
 }
@@ -60,7 +62,7 @@ func atSec(sec int) time.Time { return testNow.Add(time.Duration(sec) * time.Sec
 func fps(rs []Root) []string {
 	var out []string
 	for _, r := range rs {
-		out = append(out, r.TrustDomain+"/"+r.Fingerprint)
+		out = append(out, string(r.TrustDomain)+"/"+r.Fingerprint)
 	}
 	return out
 }
@@ -414,7 +416,7 @@ func TestParseRootPEMErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			roots, err := ParseRootPEM(tt.in, tt.domain, "hub-0", testNow)
+			roots, err := ParseRootPEM(tt.in, pki.TrustDomain(tt.domain), "hub-0", testNow)
 			if !errors.Is(err, ErrInvalidRoot) || roots != nil {
 				t.Fatalf("roots=%v err=%v, want ErrInvalidRoot", roots, err)
 			}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -222,7 +221,7 @@ func Run(ctx context.Context, opts Options) error {
 	xdsServer := xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
 		Replica: opts.ReplicaID, Clock: opts.Clock,
-		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain.String(),
+		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
 		Tracker: tracker, StatusSource: fleet,
 	})
 	repl, err := newReplicator(ctx, opts, configClient,
@@ -230,11 +229,13 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	ready := newReadiness(opts, provider, status, st)
+	ready := remotes.NewReadiness(remotes.ReadinessOptions{
+		Provider: provider, Status: status, Held: st, SyncTimeout: opts.ClusterSyncTimeout, Clock: opts.Clock,
+	})
 	mon := monitoring.New(monitoring.Options{
 		Addr:     opts.MonitoringAddr,
 		Gatherer: reg,
-		Ready:    ready.check,
+		Ready:    ready.Check,
 		Debug: map[string]func(*http.Request) any{
 			debugdoc.RegistryzName:   func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
 			debugdoc.FederationzName: func(*http.Request) any { return repl.Federationz() },
@@ -270,49 +271,4 @@ func configClusterConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("hub: config cluster kubeconfig: %w", err)
 	}
 	return cfg, nil
-}
-
-// replicated reports whether the state of every cluster watched by another
-// replica has arrived: a joining replica is ready without listing any
-// remote apiserver itself.
-func (r *readiness) replicated() bool {
-	for _, c := range r.status.Clusters() {
-		if c.State == remotes.StateReplicated && !r.store.HasCluster(c.ID) {
-			return false
-		}
-	}
-	return true
-}
-
-// readiness latches: once the hub has served its first full view it stays
-// ready, so a cluster added later never takes a replica out of its load
-// balancer.
-type readiness struct {
-	opts     Options
-	provider *remotes.Provider
-	status   *remotes.Status
-	store    *store.Store
-	start    time.Time
-	ready    atomic.Bool
-}
-
-func newReadiness(opts Options, p *remotes.Provider, s *remotes.Status, st *store.Store) *readiness {
-	return &readiness{opts: opts, provider: p, status: s, store: st, start: opts.Clock.Now()}
-}
-
-func (r *readiness) check() (bool, string) {
-	if r.ready.Load() {
-		return true, ""
-	}
-	switch {
-	case !r.provider.Synced():
-		return false, "remote secrets not read yet"
-	case r.opts.Clock.Since(r.start) >= r.opts.ClusterSyncTimeout:
-	case r.status.Syncing():
-		return false, "remote clusters still syncing"
-	case !r.replicated():
-		return false, "waiting for peers' state of the clusters other replicas watch"
-	}
-	r.ready.Store(true)
-	return true, ""
 }

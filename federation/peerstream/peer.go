@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/federation"
+	"github.com/meshfed/meshfed/pkg/pki"
 )
 
 // Errors of the peer transport.
@@ -57,7 +58,7 @@ const (
 
 	// DefaultPeerTrustDomain is the SPIFFE trust domain of the replica IDs
 	// that PeerCertificate issues (Istio's default trust domain).
-	DefaultPeerTrustDomain = "cluster.local"
+	DefaultPeerTrustDomain = pki.DefaultTrustDomain
 
 	// DefaultPeerCertValidity is how long a PeerCertificate is valid. The
 	// certificate is issued when a replica starts and is not rotated while
@@ -124,7 +125,7 @@ type PeerOptions struct {
 	// peer certificates. When empty any trust domain is accepted: the CA
 	// pool of TLS and ClientTLS is then the trust boundary, which suffices
 	// for a CA that signs only replica certificates.
-	TrustDomain string
+	TrustDomain pki.TrustDomain
 	// Handler receives hellos and messages. Required.
 	Handler PeerHandler
 	// LocalDigest returns this replica's digest for its Hello. It is

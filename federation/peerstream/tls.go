@@ -20,14 +20,14 @@ import (
 // spiffe://<trust-domain>/meshfed/replica/<id>. The path cannot collide
 // with workload IDs (spiffe://<trust-domain>/ns/<ns>/sa/<sa>), so a CA
 // that signs both cannot be tricked into a workload posing as a replica.
-func ReplicaURI(trustDomain string, id federation.ReplicaID) *url.URL {
-	return &url.URL{Scheme: "spiffe", Host: trustDomain, Path: peerURIPrefix + string(id)}
+func ReplicaURI(trustDomain pki.TrustDomain, id federation.ReplicaID) *url.URL {
+	return &url.URL{Scheme: "spiffe", Host: trustDomain.String(), Path: peerURIPrefix + string(id)}
 }
 
 // ReplicaFromCertificate returns the replica a peer certificate names. The
 // certificate must have exactly one URI SAN (as a SPIFFE X.509-SVID does),
 // a replica SPIFFE ID (ReplicaURI), of trustDomain unless that is empty.
-func ReplicaFromCertificate(cert *x509.Certificate, trustDomain string) (federation.ReplicaID, error) {
+func ReplicaFromCertificate(cert *x509.Certificate, trustDomain pki.TrustDomain) (federation.ReplicaID, error) {
 	if cert == nil {
 		return "", fmt.Errorf("%w: no certificate", ErrPeerIdentity)
 	}
@@ -38,7 +38,7 @@ func ReplicaFromCertificate(cert *x509.Certificate, trustDomain string) (federat
 	if u.Scheme != "spiffe" || u.Host == "" || u.Opaque != "" || u.User != nil || u.Port() != "" || u.RawQuery != "" || u.Fragment != "" {
 		return "", fmt.Errorf("%w: %q is not a SPIFFE ID", ErrPeerIdentity, u)
 	}
-	if trustDomain != "" && u.Host != trustDomain {
+	if trustDomain != "" && u.Host != trustDomain.String() {
 		return "", fmt.Errorf("%w: %q is not in trust domain %q", ErrPeerIdentity, u, trustDomain)
 	}
 	name, ok := strings.CutPrefix(u.Path, peerURIPrefix)
@@ -54,17 +54,7 @@ func ReplicaFromCertificate(cert *x509.Certificate, trustDomain string) (federat
 
 // checkTrustDomain applies the SPIFFE rule: lower-case letters, digits,
 // '.', '-' and '_'.
-func checkTrustDomain(td string) error {
-	if td == "" || len(td) > 255 {
-		return fmt.Errorf("trust domain %q: empty or too long", td)
-	}
-	for _, r := range td {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
-			return fmt.Errorf("trust domain %q: character %q is not allowed", td, r)
-		}
-	}
-	return nil
-}
+func checkTrustDomain(td pki.TrustDomain) error { return td.Validate() }
 
 // PeerCertificate issues replica id a certificate for the peer transport,
 // signed by ca: both server and client usage, the SPIFFE ID

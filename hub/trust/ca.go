@@ -156,7 +156,7 @@ func (c *CA) Run(ctx context.Context, addr string) error {
 // federation) trusts them: all of them when only is nil, else those whose
 // fingerprints only lists.
 func (c *CA) publishRoots(keys *ca.Keys, only []string) error {
-	roots, err := federation.ParseRootPEM(keys.RootsPEM(), c.opts.TrustDomain.String(), c.opts.Replica, c.opts.Clock.Now())
+	roots, err := federation.ParseRootPEM(keys.RootsPEM(), c.opts.TrustDomain, c.opts.Replica, c.opts.Clock.Now())
 	if err != nil {
 		return fmt.Errorf("trust: CA roots: %w", err)
 	}
@@ -209,7 +209,7 @@ func (c *CA) restoreRetiring(ctx context.Context) {
 		if slices.Contains(configured, r.Fingerprint) {
 			continue
 		}
-		parsed, err := federation.ParseRootPEM(r.PEM, c.opts.TrustDomain.String(), c.opts.Replica, now)
+		parsed, err := federation.ParseRootPEM(r.PEM, c.opts.TrustDomain, c.opts.Replica, now)
 		if err != nil || len(parsed) != 1 || parsed[0].Fingerprint != r.Fingerprint {
 			c.log.Error(err, "a retiring root recorded in the config cluster is not the certificate it names", "root", r.Fingerprint)
 			continue

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
@@ -52,7 +53,7 @@ type Options struct {
 	Security bool
 	// TrustDomain of the SPIFFE IDs that clusters accept; empty means
 	// cluster.local.
-	TrustDomain string
+	TrustDomain pki.TrustDomain
 	// NACKBackoff holds back the answer to a proxy that keeps rejecting
 	// what it is sent (see nackBackoff); zero values take the defaults.
 	NACKBackoff Backoff

@@ -19,10 +19,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/pki"
 )
 
 // DefaultTrustDomain is the trust domain of SPIFFE IDs when Options names none.
-const DefaultTrustDomain = "cluster.local"
+const DefaultTrustDomain = pki.DefaultTrustDomain
 
 // CertProviderInstance is the certificate provider instance (in the client's
 // or server's gRPC bootstrap "certificate_providers") that secure resources
@@ -47,10 +48,10 @@ type Options struct {
 	// their bootstrap: grpc-go rejects a cluster naming an unknown instance.
 	Security bool
 	// TrustDomain of the SPIFFE IDs; empty means DefaultTrustDomain.
-	TrustDomain string
+	TrustDomain pki.TrustDomain
 }
 
-func (o Options) trustDomain() string {
+func (o Options) trustDomain() pki.TrustDomain {
 	if o.TrustDomain == "" {
 		return DefaultTrustDomain
 	}
@@ -58,11 +59,11 @@ func (o Options) trustDomain() string {
 }
 
 // SpiffeID returns "spiffe://<trust domain>/ns/<ns>/sa/<sa>". It is pure.
-func SpiffeID(trustDomain, ns, sa string) string {
+func SpiffeID(trustDomain pki.TrustDomain, ns, sa string) string {
 	if trustDomain == "" {
 		trustDomain = DefaultTrustDomain
 	}
-	return "spiffe://" + trustDomain + "/ns/" + ns + "/sa/" + sa
+	return "spiffe://" + trustDomain.String() + "/ns/" + ns + "/sa/" + sa
 }
 
 // ServiceSANs returns the sorted, unique SPIFFE IDs of the service accounts
