@@ -237,7 +237,7 @@ func Run(ctx context.Context, opts Options) error {
 		Gatherer: reg,
 		Ready:    ready.Check,
 		Debug: map[string]func(*http.Request) any{
-			debugdoc.RegistryzName:   func(*http.Request) any { return registryz(opts.ReplicaID, st, status) },
+			debugdoc.RegistryzName:   func(*http.Request) any { return remotes.Registryz(opts.ReplicaID, st, status) },
 			debugdoc.FederationzName: func(*http.Request) any { return repl.Federationz() },
 			debugdoc.ProxyStatusName: func(*http.Request) any { return proxystatus.JSONDocument{Proxies: fleet.All()} },
 			debugdoc.TrustzName:      func(*http.Request) any { return trust.Trustz(bundle.TrustRoots()) },

@@ -1,16 +1,15 @@
-package hub
+package remotes
 
 import (
-	"github.com/meshfed/meshfed/hub/remotes"
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
-// registryz returns the document of /debug/registryz (debugdoc.Registryz):
-// every remote cluster with its state, the rejected secrets, and the
-// merged services.
-func registryz(replica string, st *store.Store, status *remotes.Status) debugdoc.Registryz {
+// Registryz returns the document of /debug/registryz (debugdoc.Registryz):
+// every remote cluster with its state here, what the store holds of it, the
+// rejected secrets, and the merged services.
+func Registryz(replica string, st *store.Store, status *Status) debugdoc.Registryz {
 	out := debugdoc.Registryz{Replica: replica}
 	for _, e := range status.SecretErrors() {
 		out.SecretErrors = append(out.SecretErrors, debugdoc.SecretError{Secret: e.Secret, Error: e.Error})

@@ -1,4 +1,4 @@
-package hub
+package remotes_test
 
 import (
 	"slices"
