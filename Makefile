@@ -22,7 +22,7 @@ STATICCHECK         := $(BIN)/tools/staticcheck-$(STATICCHECK_VERSION)-$(shell $
 
 # Generated code: the .proto files and the Go files protoc-gen-go makes of
 # them, with e2e/protogen (pure Go, pinned in its own go.mod: no protoc).
-PROTOS    := federation/peerpb/peer.proto
+PROTOS    := federation/peerpb/peer.proto hub/fleetstatus/fleetpb/fleet.proto
 PROTOGEN  := $(BIN)/tools/protogen
 
 .PHONY: build test test-unit e2e bench demo k8s-assets lint fmt tidy-check staticcheck generate generate-check fuzz charts clean

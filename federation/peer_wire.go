@@ -78,8 +78,8 @@ type PeerMessage struct {
 	// Trust is trust-bundle state, opaque here (owned by TrustBundle).
 	Trust json.RawMessage `json:"trust,omitempty"`
 	// ProxyStatus is a batch of the sender's proxy-status records, opaque
-	// here (owned by the hub's proxy-status component).
-	ProxyStatus json.RawMessage `json:"proxyStatus,omitempty"`
+	// here (owned by hub/fleetstatus, which encodes a fleetpb.Batch).
+	ProxyStatus []byte `json:"proxyStatus,omitempty"`
 }
 
 // ClusterTombstone is the version a cluster had when it was removed.
@@ -93,7 +93,7 @@ type ClusterTombstone struct {
 func (m *PeerMessage) trustSet() bool { return rawSet(m.Trust) }
 
 // proxiesSet reports whether m carries proxy status.
-func (m *PeerMessage) proxiesSet() bool { return rawSet(m.ProxyStatus) }
+func (m *PeerMessage) proxiesSet() bool { return len(m.ProxyStatus) > 0 }
 
 func rawSet(raw json.RawMessage) bool {
 	return len(raw) > 0 && !bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
@@ -163,9 +163,7 @@ func (m *PeerMessage) Validate() error {
 			err = fmt.Errorf("superseded: %w", err)
 		}
 	case m.proxiesSet():
-		if !json.Valid(m.ProxyStatus) {
-			err = errors.New("proxy status: not valid JSON")
-		}
+		// Opaque here: its owner decodes and checks it.
 	default:
 		if !json.Valid(m.Trust) {
 			err = errors.New("trust: not valid JSON")

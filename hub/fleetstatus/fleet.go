@@ -2,7 +2,6 @@ package fleetstatus
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -108,19 +107,22 @@ func (f *Fleet) Spokes(now time.Time) debugdoc.Spokez { return f.spokes.all(now)
 
 // Full returns every local record as a full batch, for a peer that
 // (re)connects; nil when there is nothing to say.
-func (f *Fleet) Full() json.RawMessage {
+func (f *Fleet) Full() []byte {
 	recs := f.proxies.Records()
 	spokes := f.spokes.full()
 	if len(recs) == 0 && len(spokes) == 0 {
 		return nil
 	}
-	raw, _ := json.Marshal(batch{Full: true, Changed: recs, Spokes: &spokes})
+	raw, err := batch{Full: true, Changed: recs, Spokes: &spokes}.encode()
+	if err != nil {
+		return nil
+	}
 	return raw
 }
 
 // TakeChanges moves the local changes into this replica's view and
 // returns them as a batch for the peers.
-func (f *Fleet) TakeChanges() (json.RawMessage, bool) {
+func (f *Fleet) TakeChanges() ([]byte, bool) {
 	changed, removed := f.proxies.TakeChanges()
 	spokes, spokesChanged := f.spokes.take()
 	if len(changed) == 0 && len(removed) == 0 && !spokesChanged {
@@ -132,7 +134,7 @@ func (f *Fleet) TakeChanges() (json.RawMessage, bool) {
 	if spokesChanged {
 		b.Spokes = &spokes
 	}
-	raw, err := json.Marshal(b)
+	raw, err := b.encode()
 	if err != nil {
 		return nil, false
 	}
@@ -144,9 +146,9 @@ func (f *Fleet) Changed() <-chan struct{} { return f.changed }
 
 // Apply merges a batch of replica from. A record must name its sender as
 // replica: a peer cannot speak for another.
-func (f *Fleet) Apply(from federation.ReplicaID, raw json.RawMessage) error {
-	var b batch
-	if err := json.Unmarshal(raw, &b); err != nil {
+func (f *Fleet) Apply(from federation.ReplicaID, raw []byte) error {
+	b, err := decodeBatch(raw)
+	if err != nil {
 		return fmt.Errorf("fleetstatus: batch: %w", err)
 	}
 	for _, r := range b.Changed {

@@ -1,7 +1,6 @@
 package fleetstatus
 
 import (
-	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -58,12 +57,12 @@ func TestSpokeStatusReplication(t *testing.T) {
 	}
 
 	// Through the wire form of a batch, to another replica.
-	raw, err := json.Marshal(batch{Spokes: &list})
+	raw, err := batch{Spokes: &list}.encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b batch
-	if err := json.Unmarshal(raw, &b); err != nil || b.Spokes == nil {
+	b, err := decodeBatch(raw)
+	if err != nil || b.Spokes == nil {
 		t.Fatalf("batch round trip: %v, %v", b.Spokes, err)
 	}
 	peer := newSpokeStatus("hub-1", nil)

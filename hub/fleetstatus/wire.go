@@ -1,19 +1,123 @@
 package fleetstatus
 
 import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/hub/fleetstatus/fleetpb"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 )
 
-// batch is the wire form of the fleet status one replica sends the others
-// (federation.PeerMessage.ProxyStatus, JSON): its own records only.
+// batch is the fleet status one replica sends the others
+// (federation.PeerMessage.ProxyStatus): its own records only. On the wire
+// it is a fleetpb.Batch.
 type batch struct {
 	// Full replaces everything known of the sender (sent on connect).
-	Full    bool                 `json:"full,omitempty"`
-	Changed []proxystatus.Record `json:"changed,omitempty"`
+	Full    bool
+	Changed []proxystatus.Record
 	// Removed are the node IDs of the sender's proxies that are gone.
-	Removed []string `json:"removed,omitempty"`
+	Removed []string
 	// Spokes, when present, replaces the sender's spoke list (always in a
 	// full batch; in others only when it changed).
-	Spokes *[]debugdoc.Spoke `json:"spokes,omitempty"`
+	Spokes *[]debugdoc.Spoke
+}
+
+// encode returns b's wire form.
+func (b batch) encode() ([]byte, error) {
+	p := &fleetpb.Batch{Full: b.Full, Removed: b.Removed, Changed: make([]*fleetpb.Record, len(b.Changed))}
+	for i, r := range b.Changed {
+		p.Changed[i] = recordToProto(r)
+	}
+	if b.Spokes != nil {
+		p.Spokes = &fleetpb.Spokes{Spokes: make([]*fleetpb.Spoke, len(*b.Spokes))}
+		for i, s := range *b.Spokes {
+			p.Spokes.Spokes[i] = &fleetpb.Spoke{
+				Cluster: string(s.Cluster), Version: s.Version, Identity: s.Identity,
+				ConnectedAtUnixNano: unixNano(s.ConnectedAt), LastSeenUnixNano: unixNano(s.LastSeen),
+				Healthy: s.Healthy, Streams: int32(s.Streams), BundleVersion: s.BundleVersion, Hubs: s.Hubs,
+			}
+		}
+	}
+	return proto.Marshal(p)
+}
+
+// decodeBatch reads a batch's wire form.
+func decodeBatch(data []byte) (batch, error) {
+	var p fleetpb.Batch
+	if err := proto.Unmarshal(data, &p); err != nil {
+		return batch{}, err
+	}
+	b := batch{Full: p.GetFull(), Removed: p.GetRemoved(), Changed: make([]proxystatus.Record, len(p.GetChanged()))}
+	for i, r := range p.GetChanged() {
+		rec, err := recordFromProto(r)
+		if err != nil {
+			return batch{}, fmt.Errorf("record %d: %w", i, err)
+		}
+		b.Changed[i] = rec
+	}
+	if ps := p.GetSpokes(); ps != nil {
+		spokes := make([]debugdoc.Spoke, len(ps.GetSpokes()))
+		for i, s := range ps.GetSpokes() {
+			spokes[i] = debugdoc.Spoke{
+				Cluster: model.ClusterID(s.GetCluster()), Version: s.GetVersion(), Identity: s.GetIdentity(),
+				ConnectedAt: fromUnixNano(s.GetConnectedAtUnixNano()), LastSeen: fromUnixNano(s.GetLastSeenUnixNano()),
+				Healthy: s.GetHealthy(), Streams: int(s.GetStreams()), BundleVersion: s.GetBundleVersion(), Hubs: s.GetHubs(),
+			}
+		}
+		b.Spokes = &spokes
+	}
+	return b, nil
+}
+
+func recordToProto(r proxystatus.Record) *fleetpb.Record {
+	p := &fleetpb.Record{Proxy: r.Proxy, Name: r.Name, Cluster: r.Cluster, Replica: r.Replica, Version: r.Version,
+		ConnectedUnixNano: unixNano(r.Connected), LastChangeUnixNano: unixNano(r.LastChange)}
+	for _, short := range slices.Sorted(maps.Keys(r.Types)) {
+		ts := r.Types[short]
+		p.Types = append(p.Types, &fleetpb.TypeStatus{
+			Short: short, TypeUrl: ts.TypeURL, Sent: ts.Sent, SentNonce: ts.SentNonce,
+			Acked: ts.Acked, AckedNonce: ts.AckedNonce, Nack: ts.Nack, NackVersion: ts.NackVersion,
+			Status: string(ts.Status), SentAtUnixNano: unixNano(ts.SentAt), AckedAtUnixNano: unixNano(ts.AckedAt),
+		})
+	}
+	return p
+}
+
+func recordFromProto(p *fleetpb.Record) (proxystatus.Record, error) {
+	r := proxystatus.Record{Proxy: p.GetProxy(), Name: p.GetName(), Cluster: p.GetCluster(), Replica: p.GetReplica(),
+		Version: p.GetVersion(), Connected: fromUnixNano(p.GetConnectedUnixNano()), LastChange: fromUnixNano(p.GetLastChangeUnixNano())}
+	if len(p.GetTypes()) > 0 {
+		r.Types = make(map[string]proxystatus.TypeStatus, len(p.GetTypes()))
+	}
+	for _, t := range p.GetTypes() {
+		if _, dup := r.Types[t.GetShort()]; dup {
+			return proxystatus.Record{}, fmt.Errorf("proxy %s: type %q twice", r.Proxy, t.GetShort())
+		}
+		r.Types[t.GetShort()] = proxystatus.TypeStatus{
+			TypeURL: t.GetTypeUrl(), Sent: t.GetSent(), SentNonce: t.GetSentNonce(),
+			Acked: t.GetAcked(), AckedNonce: t.GetAckedNonce(), Nack: t.GetNack(), NackVersion: t.GetNackVersion(),
+			Status: proxystatus.Status(t.GetStatus()), SentAt: fromUnixNano(t.GetSentAtUnixNano()), AckedAt: fromUnixNano(t.GetAckedAtUnixNano()),
+		}
+	}
+	return r, nil
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }

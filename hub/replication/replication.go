@@ -3,7 +3,6 @@ package replication
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -57,17 +56,18 @@ type Deps struct {
 }
 
 // ProxyStatusSync is the proxy-status component as the Replicator sees it:
-// opaque batches of records, this replica's going out, the others' coming
-// in. Implementations must be safe for concurrent use and must not block.
+// opaque batches of records (encoded by their owner), this replica's going
+// out, the others' coming in. Implementations must be safe for concurrent
+// use and must not block.
 type ProxyStatusSync interface {
 	// Full returns every local record, for a peer that (re)connects.
-	Full() json.RawMessage
+	Full() []byte
 	// TakeChanges returns the local changes since the last call, if any.
-	TakeChanges() (json.RawMessage, bool)
+	TakeChanges() ([]byte, bool)
 	// Changed signals (coalesced) that TakeChanges has something.
 	Changed() <-chan struct{}
 	// Apply merges a batch from replica from.
-	Apply(from federation.ReplicaID, batch json.RawMessage) error
+	Apply(from federation.ReplicaID, batch []byte) error
 	// DropReplica forgets every record of a replica that left.
 	DropReplica(id federation.ReplicaID)
 }
