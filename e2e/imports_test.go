@@ -36,7 +36,7 @@ var contracts = map[string][]string{
 // interfaces (xds.StatusTracker, trustsvc.Service): it imports no other
 // package of the hub.
 var within = map[string][]string{
-	module + "/hub/fleetstatus": {module + "/federation", module + "/pkg/"},
+	module + "/hub/fleetstatus": {module + "/federation", module + "/pkg/", module + "/hub/fleetstatus/fleetpb"},
 }
 
 // apart lists, for some packages, the prefixes of the module they must not
