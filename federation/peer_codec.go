@@ -68,7 +68,7 @@ func toProto(m *PeerMessage) *peerpb.PeerMessage {
 	case m.Snapshot != nil:
 		s := m.Snapshot
 		ps := &peerpb.ClusterSnapshot{Cluster: string(s.Cluster), Version: versionToProto(s.Version),
-			Shards: make([]*peerpb.Shard, 0, len(s.Shards)), SentUnixNano: unixNano(s.Sent)}
+			Shards: make([]*peerpb.Shard, 0, len(s.Shards)), SentUnixNano: UnixNano(s.Sent)}
 		for _, sh := range s.Shards {
 			ps.Shards = append(ps.Shards, shardToProto(s.Cluster, sh))
 		}
@@ -77,7 +77,7 @@ func toProto(m *PeerMessage) *peerpb.PeerMessage {
 		d := m.Delta
 		out.Body = &peerpb.PeerMessage_Delta{Delta: &peerpb.ShardDelta{
 			Cluster: string(d.Cluster), Version: versionToProto(d.Version), Hostname: string(d.Hostname),
-			Shard: shardToProto(d.Cluster, d.Shard), SentUnixNano: unixNano(d.Sent),
+			Shard: shardToProto(d.Cluster, d.Shard), SentUnixNano: UnixNano(d.Sent),
 		}}
 	case len(m.Resync) > 0:
 		r := &peerpb.Resync{Clusters: make([]string, len(m.Resync))}
@@ -118,7 +118,7 @@ func fromProto(p *peerpb.PeerMessage) (*PeerMessage, error) {
 		s := b.Snapshot
 		c := model.ClusterID(intern(s.GetCluster()))
 		snap := &ClusterSnapshot{Cluster: c, Version: versionFromProto(s.GetVersion()),
-			Shards: make(map[model.Hostname]*model.ServiceShard, len(s.GetShards())), Sent: fromUnixNano(s.GetSentUnixNano())}
+			Shards: make(map[model.Hostname]*model.ServiceShard, len(s.GetShards())), Sent: FromUnixNano(s.GetSentUnixNano())}
 		for i, ps := range s.GetShards() {
 			sh, err := shardFromProto(c, ps)
 			if err != nil {
@@ -137,7 +137,7 @@ func fromProto(p *peerpb.PeerMessage) (*PeerMessage, error) {
 		d := b.Delta
 		c := model.ClusterID(intern(d.GetCluster()))
 		delta := &ShardDelta{Cluster: c, Version: versionFromProto(d.GetVersion()),
-			Hostname: model.Hostname(d.GetHostname()), Sent: fromUnixNano(d.GetSentUnixNano())}
+			Hostname: model.Hostname(d.GetHostname()), Sent: FromUnixNano(d.GetSentUnixNano())}
 		if d.GetShard() != nil {
 			sh, err := shardFromProto(c, d.GetShard())
 			if err != nil {
@@ -328,14 +328,17 @@ func intern(s string) string {
 	return unique.Make(s).Value()
 }
 
-func unixNano(t time.Time) int64 {
+// UnixNano is how the peer wire writes a time: Unix nanoseconds, 0 for
+// the zero time. Owners of opaque payloads (fleet status) use it too.
+func UnixNano(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
 	}
 	return t.UnixNano()
 }
 
-func fromUnixNano(n int64) time.Time {
+// FromUnixNano reads a time written by UnixNano.
+func FromUnixNano(n int64) time.Time {
 	if n == 0 {
 		return time.Time{}
 	}

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/fleetstatus/fleetpb"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -39,7 +39,7 @@ func (b batch) encode() ([]byte, error) {
 		for i, s := range *b.Spokes {
 			p.Spokes.Spokes[i] = &fleetpb.Spoke{
 				Cluster: string(s.Cluster), Version: s.Version, Identity: s.Identity,
-				ConnectedAtUnixNano: unixNano(s.ConnectedAt), LastSeenUnixNano: unixNano(s.LastSeen),
+				ConnectedAtUnixNano: federation.UnixNano(s.ConnectedAt), LastSeenUnixNano: federation.UnixNano(s.LastSeen),
 				Healthy: s.Healthy, Streams: int32(s.Streams), BundleVersion: s.BundleVersion, Hubs: s.Hubs,
 			}
 		}
@@ -66,7 +66,7 @@ func decodeBatch(data []byte) (batch, error) {
 		for i, s := range ps.GetSpokes() {
 			spokes[i] = debugdoc.Spoke{
 				Cluster: model.ClusterID(s.GetCluster()), Version: s.GetVersion(), Identity: s.GetIdentity(),
-				ConnectedAt: fromUnixNano(s.GetConnectedAtUnixNano()), LastSeen: fromUnixNano(s.GetLastSeenUnixNano()),
+				ConnectedAt: federation.FromUnixNano(s.GetConnectedAtUnixNano()), LastSeen: federation.FromUnixNano(s.GetLastSeenUnixNano()),
 				Healthy: s.GetHealthy(), Streams: int(s.GetStreams()), BundleVersion: s.GetBundleVersion(), Hubs: s.GetHubs(),
 			}
 		}
@@ -77,13 +77,13 @@ func decodeBatch(data []byte) (batch, error) {
 
 func recordToProto(r proxystatus.Record) *fleetpb.Record {
 	p := &fleetpb.Record{Proxy: r.Proxy, Name: r.Name, Cluster: r.Cluster, Replica: r.Replica, Version: r.Version,
-		ConnectedUnixNano: unixNano(r.Connected), LastChangeUnixNano: unixNano(r.LastChange)}
+		ConnectedUnixNano: federation.UnixNano(r.Connected), LastChangeUnixNano: federation.UnixNano(r.LastChange)}
 	for _, short := range slices.Sorted(maps.Keys(r.Types)) {
 		ts := r.Types[short]
 		p.Types = append(p.Types, &fleetpb.TypeStatus{
 			Short: short, TypeUrl: ts.TypeURL, Sent: ts.Sent, SentNonce: ts.SentNonce,
 			Acked: ts.Acked, AckedNonce: ts.AckedNonce, Nack: ts.Nack, NackVersion: ts.NackVersion,
-			Status: string(ts.Status), SentAtUnixNano: unixNano(ts.SentAt), AckedAtUnixNano: unixNano(ts.AckedAt),
+			Status: string(ts.Status), SentAtUnixNano: federation.UnixNano(ts.SentAt), AckedAtUnixNano: federation.UnixNano(ts.AckedAt),
 		})
 	}
 	return p
@@ -91,7 +91,7 @@ func recordToProto(r proxystatus.Record) *fleetpb.Record {
 
 func recordFromProto(p *fleetpb.Record) (proxystatus.Record, error) {
 	r := proxystatus.Record{Proxy: p.GetProxy(), Name: p.GetName(), Cluster: p.GetCluster(), Replica: p.GetReplica(),
-		Version: p.GetVersion(), Connected: fromUnixNano(p.GetConnectedUnixNano()), LastChange: fromUnixNano(p.GetLastChangeUnixNano())}
+		Version: p.GetVersion(), Connected: federation.FromUnixNano(p.GetConnectedUnixNano()), LastChange: federation.FromUnixNano(p.GetLastChangeUnixNano())}
 	if len(p.GetTypes()) > 0 {
 		r.Types = make(map[string]proxystatus.TypeStatus, len(p.GetTypes()))
 	}
@@ -102,22 +102,8 @@ func recordFromProto(p *fleetpb.Record) (proxystatus.Record, error) {
 		r.Types[t.GetShort()] = proxystatus.TypeStatus{
 			TypeURL: t.GetTypeUrl(), Sent: t.GetSent(), SentNonce: t.GetSentNonce(),
 			Acked: t.GetAcked(), AckedNonce: t.GetAckedNonce(), Nack: t.GetNack(), NackVersion: t.GetNackVersion(),
-			Status: proxystatus.Status(t.GetStatus()), SentAt: fromUnixNano(t.GetSentAtUnixNano()), AckedAt: fromUnixNano(t.GetAckedAtUnixNano()),
+			Status: proxystatus.Status(t.GetStatus()), SentAt: federation.FromUnixNano(t.GetSentAtUnixNano()), AckedAt: federation.FromUnixNano(t.GetAckedAtUnixNano()),
 		}
 	}
 	return r, nil
-}
-
-func unixNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromUnixNano(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
 }
