@@ -7,7 +7,7 @@ SHELL := /usr/bin/env bash
 GO        ?= go
 BIN       := $(CURDIR)/bin
 ASSETS     = $(shell bash e2e/kubeassets/build.sh --print-dir)
-E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_CTL_BIN=$(BIN)/meshfedctl MESHFED_AGENT_BIN=$(BIN)/meshfed-agent
+E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_CTL_BIN=$(BIN)/meshfedctl MESHFED_AGENT_BIN=$(BIN)/meshfed-agent MESHFED_SPOKE_BIN=$(BIN)/meshfed-spoke
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -20,8 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,10 +45,10 @@ const spokeNamespace = "istio-system"
 // proxies would find it later.
 const absentHub = "hub.meshfed.invalid:15010"
 
-// testSpoke is a meshfed spoke running in this test process (spoke.Run)
-// against a workload cluster's apiserver, installed as the spoke chart
-// installs it: the chart's injection ConfigMap and webhook configurations,
-// the latter pointing at this process by URL.
+// testSpoke is the built meshfed-spoke running as a process
+// (framework.Spoke) against a workload cluster's apiserver, installed as the
+// spoke chart installs it: the chart's injection ConfigMap and webhook
+// configurations, the latter pointing at the process by URL.
 type testSpoke struct {
 	addr   string       // 127.0.0.1:<port>
 	https  *http.Client // trusts the serving CA
@@ -60,10 +57,11 @@ type testSpoke struct {
 	caPEM  []byte // the serving CA: what caBundle must hold
 }
 
-// startTestSpoke renders the spoke chart for cluster, applies its injection
-// ConfigMap, runs the spoke until the test ends, waits for /readyz, and
-// then registers the chart's webhook configurations.
-func startTestSpoke(t *testing.T, cluster *framework.ConfigCluster, c client.Client, values map[string]any) *testSpoke {
+// startTestSpoke renders the spoke chart for the fleet's config cluster,
+// applies its injection ConfigMap, runs meshfed-spoke until the test ends,
+// waits for /readyz, and then registers the chart's webhook
+// configurations.
+func startTestSpoke(t *testing.T, f *framework.Fleet, c client.Client, values map[string]any) *testSpoke {
 	t.Helper()
 	ctx := t.Context()
 	addrs, err := framework.FreeAddrs(1)
@@ -71,6 +69,7 @@ func startTestSpoke(t *testing.T, cluster *framework.ConfigCluster, c client.Cli
 		t.Fatal(err)
 	}
 	s := &testSpoke{addr: addrs[0], client: c}
+	cluster := f.Config()
 
 	// A serving certificate for 127.0.0.1, from a CA the apiserver is told
 	// to trust through the webhook configurations' caBundle.
@@ -109,35 +108,33 @@ func startTestSpoke(t *testing.T, cluster *framework.ConfigCluster, c client.Cli
 	}
 	s.apply(t, "ConfigMap", spokeNamespace, "istio-sidecar-injector")
 
-	opts := spoke.DefaultOptions()
-	opts.ListenAddr = s.addr
-	opts.CertFile, opts.KeyFile = certFile, keyFile
 	caFile := filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opts.CABundleFile = caFile
-	opts.WebhookConfigs = spoke.WebhookConfigs{
-		Mutating: "meshfed-spoke-injector-" + spokeNamespace, Validating: "meshfed-spoke-validator-" + spokeNamespace,
-	}
-	opts.CABundleInterval = 200 * time.Millisecond
 	s.caPEM = ca.CertPEM
-	opts.RESTConfig = cluster.RESTConfig()
-	opts.Log = testr.NewWithOptions(t, testr.Options{Verbosity: 0})
-	opts.Metrics = prometheus.NewRegistry()
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- spoke.Run(runCtx, opts) }()
+	// The built meshfed-spoke, with the flags the chart gives it.
+	proc, err := f.StartSpoke(ctx, cluster.Cluster, framework.SpokeOptions{
+		ListenAddr: s.addr,
+		Args: []string{
+			"--tls-cert-file=" + certFile, "--tls-key-file=" + keyFile, "--ca-bundle-file=" + caFile,
+			"--injector-webhook-config=meshfed-spoke-injector-" + spokeNamespace,
+			"--validator-webhook-config=meshfed-spoke-validator-" + spokeNamespace,
+			"--ca-bundle-interval=200ms",
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("spoke.Run: %v", err)
+		if err := proc.Stop(); err != nil {
+			t.Errorf("meshfed-spoke: %v", err)
 		}
 	})
 	testutil.Eventually(t, time.Minute, poll, func() error {
 		select {
-		case err := <-done:
-			t.Fatalf("spoke.Run ended: %v", err)
+		case <-proc.Exited():
+			t.Fatalf("meshfed-spoke exited: %v", proc.Err())
 		default:
 		}
 		code, body, err := s.get(spoke.PathReadyz)
@@ -331,7 +328,7 @@ func TestSpokeWebhooks(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	s := startTestSpoke(t, f.Config(), c, nil)
+	s := startTestSpoke(t, f, c, nil)
 	t.Logf("spoke ready and webhooks registered in %s", time.Since(start).Round(time.Millisecond))
 
 	// The apiserver picks webhook configurations up asynchronously: probe

@@ -21,6 +21,8 @@ const (
 	CtlPackage = "./hub/cmd/meshfedctl"
 	// AgentPackage is the pod agent's (the grpc-agent template's).
 	AgentPackage = "./spoke/cmd/meshfed-agent"
+	// SpokePackage is the workload cluster's binary (webhooks and shim).
+	SpokePackage = "./spoke/cmd/meshfed-spoke"
 )
 
 // BuildOptions tells BuildHubBinary where and how to build.

@@ -85,10 +85,12 @@
 //
 // # Environment
 //
-// Only the test helpers (NewTestFleet, TestHubBinary) read the
-// environment: KUBEBUILDER_ASSETS (the kube-apiserver and etcd directory;
-// the test is skipped when it is unset), MESHFED_HUB_BIN (a prebuilt hub;
-// otherwise ./hub/cmd/meshfed-hub is built once per test process) and
-// MESHFED_E2E_VERBOSE (copy hub output to stderr). The core API takes
-// everything as options.
+// Only the test helpers (NewTestFleet, TestHubBinary, TestSpokeBinary and
+// their twins) read the environment: KUBEBUILDER_ASSETS (the kube-apiserver
+// and etcd directory; the test is skipped when it is unset),
+// MESHFED_HUB_BIN, MESHFED_CTL_BIN, MESHFED_AGENT_BIN and MESHFED_SPOKE_BIN
+// (prebuilt binaries; otherwise each is built once per test process from
+// its cmd package) and MESHFED_E2E_VERBOSE (copy hub output to stderr).
+// Spokes, like hubs, run as processes of the built binary
+// (Fleet.StartSpoke). The core API takes everything as options.
 package framework

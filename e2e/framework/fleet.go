@@ -123,6 +123,7 @@ type Fleet struct {
 	mu        sync.Mutex
 	remotes   []*RemoteCluster
 	hubs      []*Hub
+	spokes    []*Spoke
 	nextIndex int
 	hubBin    string
 	stopped   bool
@@ -346,6 +347,7 @@ func (f *Fleet) Stop() error {
 	}
 	f.stopped = true
 	hubs := slices.Clone(f.hubs)
+	spokes := slices.Clone(f.spokes)
 	remotes := slices.Clone(f.remotes)
 	config := f.config
 	f.mu.Unlock()
@@ -362,9 +364,12 @@ func (f *Fleet) Stop() error {
 			errMu.Unlock()
 		}
 	}
-	// Hubs first, so they do not log the clusters disappearing.
+	// Hubs and spokes first, so they do not log the clusters disappearing.
 	for _, h := range hubs {
 		wg.Go(func() { collect(h.Stop()) })
+	}
+	for _, s := range spokes {
+		wg.Go(func() { collect(s.Stop()) })
 	}
 	wg.Wait()
 	for _, r := range remotes {

@@ -29,6 +29,9 @@ const (
 	// grpc-agent injection template); unset means build it once per test
 	// process.
 	EnvAgentBinary = "MESHFED_AGENT_BIN"
+	// EnvSpokeBinary names a prebuilt meshfed-spoke; unset means build it
+	// once per test process.
+	EnvSpokeBinary = "MESHFED_SPOKE_BIN"
 	// EnvVerbose, when non-empty, copies hub output to stderr.
 	EnvVerbose = "MESHFED_E2E_VERBOSE"
 )
@@ -82,6 +85,28 @@ func TestAgentBinary(ctx context.Context) (string, error) {
 		agentBuild.path, agentBuild.err = BuildHubBinary(bctx, BuildOptions{Package: AgentPackage})
 	})
 	return agentBuild.path, agentBuild.err
+}
+
+// spokeBuild is hubBuild's twin for meshfed-spoke.
+var spokeBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// TestSpokeBinary returns the meshfed-spoke binary for tests:
+// $MESHFED_SPOKE_BIN if set, else a build of ./spoke/cmd/meshfed-spoke
+// made once per process.
+func TestSpokeBinary(ctx context.Context) (string, error) {
+	if p := os.Getenv(EnvSpokeBinary); p != "" {
+		return p, nil
+	}
+	spokeBuild.once.Do(func() {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hubBuildTimeout)
+		defer cancel()
+		spokeBuild.path, spokeBuild.err = BuildHubBinary(bctx, BuildOptions{Package: SpokePackage})
+	})
+	return spokeBuild.path, spokeBuild.err
 }
 
 // Meshfedctl runs the meshfedctl binary with args and returns its standard

@@ -30,6 +30,7 @@ func main() {
 	fs.StringVar(&opts.WebhookConfigs.Mutating, "injector-webhook-config", "", "MutatingWebhookConfiguration whose caBundle the spoke keeps current")
 	fs.StringVar(&opts.WebhookConfigs.Validating, "validator-webhook-config", "", "ValidatingWebhookConfiguration whose caBundle the spoke keeps current")
 	fs.StringVar(&opts.CABundleFile, "ca-bundle-file", "", "PEM CA of --tls-cert-file, written into the webhook configurations' caBundle")
+	fs.DurationVar(&opts.CABundleInterval, "ca-bundle-interval", opts.CABundleInterval, "how often the webhook configurations' caBundle is checked and mended (0: 1m)")
 	cm := fs.String("inject-configmap", opts.InjectConfigMap.String(), "namespace/name of the injection ConfigMap (templates and values)")
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig of the workload cluster; in-cluster config when empty")
 	fs.StringVar(&opts.Shim.HubAddr, "hub-ca-addr", "", "the hub's CA address (host:port, TLS) to stream the trust bundle from; the shim is off when empty")
