@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/meshfed/meshfed/pkg/pki"
 )
 
 // ErrInvalidOptions means Options cannot make a working agent; errors of
@@ -74,7 +76,7 @@ type Options struct {
 	Network string
 	// TrustDomain is the trust domain of the workload's SPIFFE ID; default
 	// cluster.local.
-	TrustDomain string
+	TrustDomain pki.TrustDomain
 	// DomainSuffix is the cluster's DNS domain, in the node ID; default
 	// cluster.local.
 	DomainSuffix string
@@ -97,7 +99,7 @@ func DefaultOptions() Options {
 		CARootsFile:         DefaultCARootsFile,
 		LabelsFile:          DefaultLabelsFile,
 		ReadyAddr:           DefaultReadyAddr,
-		TrustDomain:         "cluster.local",
+		TrustDomain:         pki.DefaultTrustDomain,
 		DomainSuffix:        "cluster.local",
 		CertRefreshInterval: 10 * time.Second,
 		Log:                 logr.Discard(),
@@ -204,5 +206,5 @@ func (o Options) Identity() string {
 	if td == "" {
 		td = DefaultOptions().TrustDomain
 	}
-	return "spiffe://" + td + "/ns/" + o.PodNamespace + "/sa/" + o.ServiceAccount
+	return td.WorkloadID(o.PodNamespace, o.ServiceAccount).String()
 }

@@ -65,7 +65,10 @@ func main() {
 	opts.ClusterID = os.Getenv("ISTIO_META_CLUSTER_ID")
 	opts.Network = os.Getenv("ISTIO_META_NETWORK")
 	if td := os.Getenv("TRUST_DOMAIN"); td != "" {
-		opts.TrustDomain = td
+		if err := opts.TrustDomain.Set(td); err != nil {
+			fmt.Fprintln(os.Stderr, "meshfed-agent: TRUST_DOMAIN:", err)
+			os.Exit(2)
+		}
 	}
 	opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
 
