@@ -176,7 +176,7 @@ func (m *PeerMessage) Validate() error {
 }
 
 func validateHello(h *Hello) error {
-	if err := checkReplicaID(h.Replica); err != nil {
+	if err := h.Replica.Validate(); err != nil {
 		return fmt.Errorf("hello: %w", err)
 	}
 	if h.Protocol < 1 {
@@ -240,7 +240,7 @@ func checkWriteVersion(v Version) error {
 	if v.Term == 0 {
 		return fmt.Errorf("version %v has term 0", v)
 	}
-	if err := checkReplicaID(v.Owner); err != nil {
+	if err := v.Owner.Validate(); err != nil {
 		return fmt.Errorf("version %v: owner: %w", v, err)
 	}
 	return nil
@@ -272,9 +272,6 @@ func checkClusterID(c model.ClusterID) error {
 	}
 	return nil
 }
-
-// checkReplicaID is ReplicaID.Validate.
-func checkReplicaID(id ReplicaID) error { return id.Validate() }
 
 // Validate checks that id can be a path segment of a SPIFFE ID: letters,
 // digits, '.', '-', '_', not "." or "..", at most 253 bytes. Memberlist

@@ -7,10 +7,6 @@ import (
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
-// MetadataClusterID is xdsnode.MetadataClusterID, kept under this name
-// until status.go and the package's tests use xdsnode's directly.
-const MetadataClusterID = xdsnode.MetadataClusterID
-
 // ProxyGroupOf returns the group of proxies that get the same load
 // assignments as node: same cluster (CLUSTER_ID metadata), same region.
 func ProxyGroupOf(node *corev3.Node) xdsgen.ProxyGroup {

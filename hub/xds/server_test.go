@@ -19,6 +19,7 @@ import (
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 const echo = model.Hostname("echo.demo.svc.cluster.local")
@@ -95,7 +96,7 @@ func newADS(t *testing.T, addr string, cluster model.ClusterID, region string) *
 		Id:       "sidecar~10.0.0.1~client.demo~demo.svc.cluster.local",
 		Locality: &corev3.Locality{Region: region},
 		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			MetadataClusterID: structpb.NewStringValue(string(cluster)),
+			xdsnode.MetadataClusterID: structpb.NewStringValue(string(cluster)),
 		}},
 	}
 	return &adsClient{t: t, stream: stream, node: node, cancel: cancel}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/pkg/proxystatus"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // MetadataIstioVersion is the node metadata key of an Istio proxy's
@@ -294,8 +295,8 @@ func (t *StatusTracker) streamLocked(k streamKey, now time.Time) *proxyStream {
 
 func (t *StatusTracker) bindLocked(s *proxyStream, node *corev3.Node) {
 	s.node = node.GetId()
-	s.name = proxystatus.NameOf(s.node)
-	s.cluster = node.GetMetadata().GetFields()[MetadataClusterID].GetStringValue()
+	s.name = xdsnode.NameOf(s.node)
+	s.cluster = node.GetMetadata().GetFields()[xdsnode.MetadataClusterID].GetStringValue()
 	s.version = proxyVersion(node)
 	m := t.byNode[s.node]
 	if m == nil {

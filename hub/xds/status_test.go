@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/testutil"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 var statusT0 = time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
@@ -26,7 +27,7 @@ func testNode(id, cluster string) *corev3.Node {
 	return &corev3.Node{
 		Id: id,
 		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			MetadataClusterID: structpb.NewStringValue(cluster),
+			xdsnode.MetadataClusterID: structpb.NewStringValue(cluster),
 		}},
 		UserAgentName:        "gRPC Go",
 		UserAgentVersionType: &corev3.Node_UserAgentVersion{UserAgentVersion: "1.85.0"},

@@ -2,8 +2,6 @@ package proxystatus
 
 import (
 	"time"
-
-	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // Status is a proxy's sync state for one xDS type, with Istio's names.
@@ -132,7 +130,7 @@ func (t TypeStatus) Compute() Status {
 type Record struct {
 	// Proxy is the node ID, e.g. sidecar~10.0.0.1~client.demo~demo.svc.cluster.local.
 	Proxy string `json:"proxy"`
-	// Name is "<pod>.<ns>" from an Istio node ID (see ParseNodeID), or the
+	// Name is "<pod>.<ns>" from an Istio node ID (see xdsnode.ParseID), or the
 	// node ID itself when it is not one.
 	Name string `json:"name,omitempty"`
 	// Cluster is the proxy's CLUSTER_ID node metadata.
@@ -186,20 +184,3 @@ func (r Record) Clone() Record {
 	}
 	return r
 }
-
-// ParseNodeID splits an Istio node ID, <type>~<ip>~<pod>.<ns>~<ns>.svc.<domain>,
-// into the proxy's name "<pod>.<ns>" and its namespace, as
-// xdsnode.ParseID does. ok is false for any other shape.
-// New code calls xdsnode.ParseID.
-func ParseNodeID(id string) (name, namespace string, ok bool) {
-	n, err := xdsnode.ParseID(id)
-	if err != nil {
-		return "", "", false
-	}
-	return n.Name, n.Namespace, true
-}
-
-// NameOf returns the name to show for node ID id: "<pod>.<ns>" for an Istio
-// node ID, id itself otherwise.
-// New code calls xdsnode.NameOf.
-func NameOf(id string) string { return xdsnode.NameOf(id) }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -42,67 +41,6 @@ func TestStatusStrings(t *testing.T) {
 			t.Errorf("%q, want %q", s, want)
 		}
 	}
-}
-
-func TestParseNodeID(t *testing.T) {
-	for _, tc := range []struct {
-		id, name, ns string
-		ok           bool
-	}{
-		{"sidecar~10.0.0.1~client.demo~demo.svc.cluster.local", "client.demo", "demo", true},
-		{"router~10.0.0.2~gw-7d9.istio-system~istio-system.svc.cluster.local", "gw-7d9.istio-system", "istio-system", true},
-		{"sidecar~10.0.0.1~client.demo~", "client.demo", "demo", true},
-		{"sidecar~~a.b.c~ns.svc.example.org", "a.b.c", "ns", true},
-		{"sidecar~10.0.0.1~client~", "", "", false},
-		{"sidecar~10.0.0.1~~demo.svc.cluster.local", "", "", false},
-		{"~10.0.0.1~client.demo~demo.svc.cluster.local", "", "", false},
-		{"sidecar~10.0.0.1~client.demo", "", "", false},
-		{"sidecar~1~a.b~c~d", "", "", false},
-		{"my-grpc-client", "", "", false},
-		{"", "", "", false},
-	} {
-		name, ns, ok := ParseNodeID(tc.id)
-		if name != tc.name || ns != tc.ns || ok != tc.ok {
-			t.Errorf("ParseNodeID(%q) = %q, %q, %v; want %q, %q, %v", tc.id, name, ns, ok, tc.name, tc.ns, tc.ok)
-		}
-	}
-	if got := NameOf("my-grpc-client"); got != "my-grpc-client" {
-		t.Errorf("NameOf(non-Istio ID) = %q", got)
-	}
-}
-
-func FuzzParseNodeID(f *testing.F) {
-	for _, s := range []string{
-		"sidecar~10.0.0.1~client.demo~demo.svc.cluster.local",
-		"sidecar~10.0.0.1~client.demo~",
-		"router~::1~x~y",
-		"~~~",
-		"a~b~c~d~e",
-		"",
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, id string) {
-		name, ns, ok := ParseNodeID(id)
-		if !ok {
-			if name != "" || ns != "" {
-				t.Fatalf("not ok but returned %q, %q", name, ns)
-			}
-			if NameOf(id) != id {
-				t.Fatalf("NameOf(%q) = %q, want the ID", id, NameOf(id))
-			}
-			return
-		}
-		if name == "" || ns == "" {
-			t.Fatalf("ok with empty name %q or namespace %q", name, ns)
-		}
-		if strings.Contains(name, "~") || strings.Contains(ns, "~") || strings.Contains(ns, ".") {
-			t.Fatalf("ParseNodeID(%q) = %q, %q: separators leaked", id, name, ns)
-		}
-		if !strings.Contains(id, "~"+name+"~") {
-			t.Fatalf("name %q is not the third field of %q", name, id)
-		}
-	})
 }
 
 func TestShortType(t *testing.T) {
