@@ -9,10 +9,8 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -50,18 +48,10 @@ type Hub struct {
 	gossipAddr string
 	peerAddr   string
 	id         string
-	cmd        *exec.Cmd
 	xdsAddr    string
 	monAddr    string
-	logPath    string
-	logFile    *os.File
-	out        *prefixWriter
 	http       *http.Client
-	done       chan struct{}
-	waitErr    error // set before done is closed
-	stopMu     sync.Mutex
-	stopErr    error
-	stopDone   bool
+	*process
 }
 
 // StartHub starts a meshfed-hub process with
@@ -97,21 +87,6 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		}
 	}
 
-	logDir := filepath.Join(f.dir, "hubs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, fmt.Errorf("framework: %w", err)
-	}
-	logPath := filepath.Join(logDir, opts.ReplicaID+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("framework: hub log: %w", err)
-	}
-	var sink io.Writer = logFile
-	if f.opts.LogOutput != nil {
-		sink = io.MultiWriter(logFile, f.opts.LogOutput)
-	}
-	out := newPrefixWriter(sink, "["+opts.ReplicaID+"] ")
-
 	args := append([]string{
 		"--kubeconfig=" + f.config.KubeconfigFile(),
 		"--namespace=" + RemoteSecretNamespace,
@@ -132,34 +107,15 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 	if opts.GossipKeyFile != "" {
 		args = append(args, "--gossip-key-file="+opts.GossipKeyFile)
 	}
-	// Not CommandContext: ctx bounds the start only, the hub lives until
-	// Stop, Kill or Fleet.Stop.
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), opts.Env...)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = childSysProcAttr()
-	cmd.WaitDelay = 2 * time.Second // don't hang on a grandchild holding the pipe
-	fmt.Fprintf(out, "starting %s %s\n", bin, strings.Join(args, " "))
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("framework: starting hub %s: %w", opts.ReplicaID, err)
+	proc, err := f.startProcess("hub "+opts.ReplicaID, filepath.Join(f.dir, "hubs"), opts.ReplicaID, bin, args, opts.Env)
+	if err != nil {
+		return nil, err
 	}
 	h := &Hub{
-		id: opts.ReplicaID, cmd: cmd, xdsAddr: opts.XDSAddr, monAddr: opts.MonitoringAddr,
-		gossipAddr: opts.GossipAddr, peerAddr: opts.PeerAddr, opts: opts,
-		logPath: logPath, logFile: logFile, out: out,
+		id: opts.ReplicaID, xdsAddr: opts.XDSAddr, monAddr: opts.MonitoringAddr,
+		gossipAddr: opts.GossipAddr, peerAddr: opts.PeerAddr, opts: opts, process: proc,
 		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
-		done: make(chan struct{}),
 	}
-	go func() {
-		err := cmd.Wait()
-		out.Flush()
-		fmt.Fprintf(out, "exited: %v\n", exitDescription(err))
-		out.Flush()
-		_ = logFile.Close()
-		h.waitErr = err
-		close(h.done)
-	}()
 
 	f.mu.Lock()
 	stopped := f.stopped
@@ -248,14 +204,7 @@ func (h *Hub) ExitErr() error {
 }
 
 // Running reports whether the process has not exited yet.
-func (h *Hub) Running() bool {
-	select {
-	case <-h.done:
-		return false
-	default:
-		return true
-	}
-}
+func (h *Hub) Running() bool { return h.running() }
 
 // Stop sends SIGTERM to the hub's process group and waits for it to exit;
 // after HubStopGrace it sends SIGKILL and reports that the hub did not stop
@@ -265,31 +214,6 @@ func (h *Hub) Stop() error { return h.terminate(syscall.SIGTERM, HubStopGrace) }
 // Kill sends SIGKILL to the hub's process group and waits for it to exit,
 // to simulate a crash. Idempotent.
 func (h *Hub) Kill() error { return h.terminate(syscall.SIGKILL, 0) }
-
-func (h *Hub) terminate(sig syscall.Signal, grace time.Duration) error {
-	h.stopMu.Lock()
-	defer h.stopMu.Unlock()
-	if h.stopDone {
-		return h.stopErr
-	}
-	h.stopDone = true
-	if !h.Running() {
-		return nil
-	}
-	// Negative PID: the whole process group (Setpgid made it the hub's PID).
-	_ = syscall.Kill(-h.cmd.Process.Pid, sig)
-	if sig != syscall.SIGKILL {
-		select {
-		case <-h.done:
-			return nil
-		case <-time.After(grace):
-			h.stopErr = fmt.Errorf("framework: hub %s did not exit within %s of %s; killed", h.id, grace, sig)
-		}
-	}
-	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-	<-h.done
-	return h.stopErr
-}
 
 // WaitReady polls GET /readyz until it answers 200. It fails early when the
 // process exits, quoting the end of its log.

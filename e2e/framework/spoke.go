@@ -4,12 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -31,16 +26,8 @@ type SpokeOptions struct {
 // config-cluster shim, run from the built binary against a cluster's
 // apiserver, as the spoke chart runs it in a pod.
 type Spoke struct {
-	name, addr string
-	cmd        *exec.Cmd
-	out        *prefixWriter
-	logFile    *os.File
-	done       chan struct{}
-	waitErr    error
-
-	stopMu   sync.Mutex // guards stopDone and stopErr
-	stopDone bool
-	stopErr  error
+	addr string
+	*process
 }
 
 // SpokeStopGrace is how long Stop waits after SIGTERM before SIGKILL.
@@ -71,41 +58,12 @@ func (f *Fleet) StartSpoke(ctx context.Context, cluster *Cluster, opts SpokeOpti
 		}
 		opts.ListenAddr = addrs[0]
 	}
-	logDir := filepath.Join(f.dir, "spokes")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, fmt.Errorf("framework: %w", err)
-	}
-	logFile, err := os.OpenFile(filepath.Join(logDir, opts.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("framework: spoke log: %w", err)
-	}
-	var sink io.Writer = logFile
-	if f.opts.LogOutput != nil {
-		sink = io.MultiWriter(logFile, f.opts.LogOutput)
-	}
-	out := newPrefixWriter(sink, "["+opts.Name+"] ")
 	args := append([]string{"--kubeconfig=" + cluster.KubeconfigFile(), "--listen-addr=" + opts.ListenAddr}, opts.Args...)
-	// Not CommandContext: ctx bounds the start only.
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), opts.Env...)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = childSysProcAttr()
-	cmd.WaitDelay = 2 * time.Second
-	fmt.Fprintf(out, "starting %s %s\n", bin, strings.Join(args, " "))
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("framework: starting spoke %s: %w", opts.Name, err)
+	proc, err := f.startProcess("spoke "+opts.Name, filepath.Join(f.dir, "spokes"), opts.Name, bin, args, opts.Env)
+	if err != nil {
+		return nil, err
 	}
-	s := &Spoke{name: opts.Name, addr: opts.ListenAddr, cmd: cmd, out: out, logFile: logFile, done: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		out.Flush()
-		fmt.Fprintf(out, "exited: %v\n", exitDescription(err))
-		out.Flush()
-		_ = logFile.Close()
-		s.waitErr = err
-		close(s.done)
-	}()
+	s := &Spoke{addr: opts.ListenAddr, process: proc}
 	f.mu.Lock()
 	stopped := f.stopped
 	if !stopped {
@@ -136,26 +94,4 @@ func (s *Spoke) Err() error {
 
 // Stop sends SIGTERM to the spoke's process group, waits up to
 // SpokeStopGrace, then kills it. Idempotent.
-func (s *Spoke) Stop() error {
-	s.stopMu.Lock()
-	defer s.stopMu.Unlock()
-	if s.stopDone {
-		return s.stopErr
-	}
-	s.stopDone = true
-	select {
-	case <-s.done:
-		return nil
-	default:
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-s.done:
-		return nil
-	case <-time.After(SpokeStopGrace):
-		s.stopErr = fmt.Errorf("framework: spoke %s did not exit within %s of SIGTERM; killed", s.name, SpokeStopGrace)
-	}
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-	<-s.done
-	return s.stopErr
-}
+func (s *Spoke) Stop() error { return s.terminate(syscall.SIGTERM, SpokeStopGrace) }
