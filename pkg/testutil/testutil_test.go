@@ -158,3 +158,35 @@ func TestGolden(t *testing.T) {
 		t.Errorf("Golden of other output: failed %v, %q", failed, msg)
 	}
 }
+
+func TestGoroutinesGrownSince(t *testing.T) {
+	before := CountGoroutines()
+	stop := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(3)
+	for range 3 {
+		go parkForTest(&started, stop)
+	}
+	started.Wait()
+	after := CountGoroutines()
+	close(stop)
+	grown := after.GrownSince(before)
+	if !strings.Contains(grown, "0 -> 3") || !strings.Contains(grown, "parkForTest") {
+		t.Errorf("grown = %q, want the three parked goroutines named", grown)
+	}
+	if after.Total() < before.Total()+3 {
+		t.Errorf("total %d after, %d before", after.Total(), before.Total())
+	}
+}
+
+func parkForTest(started *sync.WaitGroup, stop chan struct{}) {
+	started.Done()
+	<-stop
+}
+
+func TestGoroutinesExcept(t *testing.T) {
+	g := Goroutines{"net/http.(*persistConn).readLoop <- net/http.(*Transport).dialConn": 2, "app.run <- main.main": 1}
+	if got := g.Except("(*Transport).dialConn"); got.Total() != 1 || got["app.run <- main.main"] != 1 {
+		t.Errorf("Except = %v", got)
+	}
+}
