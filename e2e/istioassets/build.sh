@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds Istio's pilot-agent and istioctl from the Go module proxy, for the
+# e2e tests that run Istio's own data plane and tools against the hub.
+#
+#   bash e2e/istioassets/build.sh              # build if needed (no-op when cached)
+#   bash e2e/istioassets/build.sh --print-dir  # print the output dir, don't build
+#
+# Output: <repo>/bin/istio/<version>/{pilot-agent,istioctl,.stamp}
+# The version is istio.io/istio's in the committed go.mod next to this
+# script (bump: go get istio.io/istio@<version> && go mod tidy). Progress goes
+# to stderr; stdout only carries the directory (--print-dir).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+
+version="$(awk '$1 == "istio.io/istio" && $2 ~ /^v[0-9]/ {print $2; exit}' "$here/go.mod")"
+[[ -n "$version" ]] || { echo "istio-assets: no istio.io/istio version in $here/go.mod" >&2; exit 1; }
+outdir="$root/bin/istio/$version"
+
+case "${1:-}" in
+  --print-dir) printf '%s\n' "$outdir"; exit 0 ;;
+  "") ;;
+  *) echo "usage: $0 [--print-dir]" >&2; exit 2 ;;
+esac
+
+sha256() { if command -v sha256sum >/dev/null 2>&1; then sha256sum; else shasum -a 256; fi; }
+fingerprint="$(cat "$here/go.mod" "$here/go.sum" | sha256 | awk '{print $1}')"
+stamp="$outdir/.stamp"
+
+if [[ -x "$outdir/pilot-agent" && -x "$outdir/istioctl" && -f "$stamp" ]] &&
+   grep -qx "fingerprint=$fingerprint" "$stamp"; then
+  echo "istio-assets: up to date at $outdir" >&2
+  exit 0
+fi
+
+export GOWORK=off
+export GOFLAGS="-mod=readonly -buildvcs=false -trimpath"
+export CGO_ENABLED=0
+GOOS="$(go env GOHOSTOS)"; GOARCH="$(go env GOHOSTARCH)"; export GOOS GOARCH
+
+mkdir -p "$outdir"
+rm -f "$stamp"
+tmpdir="$(mktemp -d "$outdir/.build.XXXXXX")"
+trap 'rm -rf "$tmpdir"' EXIT
+
+# Istio stamps its version through istio.io/istio/pkg/version; the agent
+# reports it to the control plane (ISTIO_VERSION), so give it the one Istio's
+# own Makefile would: the module's VERSION file plus "-dev".
+istio_dir="$(cd "$here" && go list -m -f '{{.Dir}}' istio.io/istio)"
+istio_version="$(cat "$istio_dir/VERSION")-dev"
+ldflags="-s -w -X istio.io/istio/pkg/version.buildVersion=$istio_version -X istio.io/istio/pkg/version.buildStatus=Clean"
+start=$SECONDS
+echo "istio-assets: building pilot-agent and istioctl $version (a cold build takes ~25 min on 2 cores)..." >&2
+(cd "$here" && go build -ldflags="$ldflags" -o "$tmpdir/" \
+   istio.io/istio/pilot/cmd/pilot-agent istio.io/istio/istioctl/cmd/istioctl)
+
+mv -f "$tmpdir/pilot-agent" "$outdir/pilot-agent"
+mv -f "$tmpdir/istioctl" "$outdir/istioctl"
+{
+  echo "istio=$version ($istio_version)"
+  echo "go=$(go env GOVERSION)"
+  echo "fingerprint=$fingerprint"
+} > "$stamp"
+echo "istio-assets: built in $((SECONDS - start))s at $outdir" >&2
