@@ -1,0 +1,267 @@
+package xdsgen
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// Interception is how a sidecar's traffic reaches Envoy: the node metadata
+// INTERCEPTION_MODE that pilot-agent sends.
+type Interception string
+
+// Interception modes, as Istio names them.
+const (
+	// InterceptRedirect: iptables REDIRECT sends outbound traffic to
+	// virtualOutbound (15001) and inbound traffic to virtualInbound (15006).
+	// The default, also for an empty or unknown mode.
+	InterceptRedirect Interception = "REDIRECT"
+	// InterceptTProxy: like REDIRECT, with the virtual listeners transparent
+	// (IP_TRANSPARENT), as the TPROXY iptables rules need. The client's source
+	// address is not preserved towards the app: the inbound clusters connect
+	// to 127.0.0.1, which a foreign source address cannot reach.
+	InterceptTProxy Interception = "TPROXY"
+	// InterceptNone: no iptables. Listeners bind for real: outbound ones on
+	// 127.0.0.1:<port> (the app dials localhost), inbound ones on the pod
+	// IP, and there are no virtual listeners.
+	InterceptNone Interception = "NONE"
+)
+
+// Names of the sidecar resources that do not belong to one service, as
+// istiod writes them.
+const (
+	VirtualOutboundListenerName = "virtualOutbound"
+	VirtualInboundListenerName  = "virtualInbound"
+	// PassthroughClusterName sends a connection on to its original
+	// destination (ORIGINAL_DST): traffic to no known service.
+	PassthroughClusterName = "PassthroughCluster"
+	// BlackHoleClusterName has no endpoints: traffic sent there is dropped.
+	BlackHoleClusterName = "BlackHoleCluster"
+)
+
+// Ports of Envoy and pilot-agent in a sidecar (Istio's defaults).
+const (
+	// VirtualOutboundPort receives the outbound traffic iptables redirects
+	// (Istio's proxyListenPort).
+	VirtualOutboundPort uint32 = 15001
+	// VirtualInboundPort receives the inbound traffic iptables redirects
+	// (Istio's proxyInboundListenPort).
+	VirtualInboundPort uint32 = 15006
+)
+
+// reservedPorts are taken in every sidecar by Envoy or pilot-agent (admin
+// 15000, the virtual listeners, debug 15004, HBONE 15008, agent 15020,
+// health 15021, DNS 15053, Prometheus 15090). A listener on one of them
+// would collide with the listener or socket already there, so service and
+// workload ports among them get no listener (their clusters are still
+// built), as istiod skips ports that conflict with its static listeners.
+var reservedPorts = []uint32{15000, 15001, 15004, 15006, 15008, 15020, 15021, 15053, 15090}
+
+func reservedPort(p uint32) bool { return slices.Contains(reservedPorts, p) }
+
+// Sidecar describes the Envoy sidecar that resources are generated for.
+type Sidecar struct {
+	// IP is the pod IP, from the Istio node ID
+	// sidecar~<ip>~<pod>.<ns>~<ns>.svc.cluster.local. In NONE mode the
+	// inbound listeners bind to it; an invalid IP gets no inbound listener.
+	IP netip.Addr
+	// Namespace is the pod's namespace. The generators do not use it yet:
+	// routes are shared by all sidecars, so short names cannot be resolved
+	// in the client's namespace (see SidecarRoutes).
+	Namespace string
+	// Interception is the node's INTERCEPTION_MODE; empty means REDIRECT.
+	Interception Interception
+	// Inbound lists the workload ports this pod serves, sorted by port and
+	// without duplicates (SidecarInbound returns it so).
+	Inbound []InboundPort
+}
+
+// InboundPort is one port a sidecar's workload serves.
+type InboundPort struct {
+	// Port is the container (target) port the app listens on, on
+	// 127.0.0.1.
+	Port uint32
+	// Protocol is that of the service port that targets it.
+	Protocol model.Protocol
+}
+
+// mode returns the interception mode, REDIRECT for empty or unknown ones.
+func (sc Sidecar) mode() Interception {
+	switch sc.Interception {
+	case InterceptTProxy, InterceptNone:
+		return sc.Interception
+	default:
+		return InterceptRedirect
+	}
+}
+
+// bindsPorts reports whether the sidecar's listeners bind sockets of their
+// own (NONE) instead of receiving redirected connections.
+func (sc Sidecar) bindsPorts() bool { return sc.mode() == InterceptNone }
+
+// serves reports whether the workload listens on port.
+func (sc Sidecar) serves(port uint32) bool {
+	return slices.ContainsFunc(sc.Inbound, func(ip InboundPort) bool { return ip.Port == port })
+}
+
+// SidecarRouteName returns the RDS name of the outbound HTTP routes on port,
+// "<port>", as istiod names them. It is pure.
+func SidecarRouteName(port uint32) string { return strconv.FormatUint(uint64(port), 10) }
+
+// InboundClusterName returns the name of the cluster that reaches the local
+// app on port, "inbound|<port>||". It is pure.
+func InboundClusterName(port uint32) string {
+	return "inbound|" + strconv.FormatUint(uint64(port), 10) + "||"
+}
+
+// SidecarListenerName returns "<bind>_<port>", istiod's name of a listener
+// (or inbound filter chain) for bind address and port, e.g. "0.0.0.0_8080".
+// It is pure.
+func SidecarListenerName(bind string, port uint32) string {
+	return bind + "_" + strconv.FormatUint(uint64(port), 10)
+}
+
+// SidecarSNI returns the SNI a sidecar sends to port of service h,
+// "outbound_.<port>_._.<hostname>" (Istio's DNS SRV form of the cluster
+// name). It is pure.
+func SidecarSNI(h model.Hostname, port uint32) string {
+	return "outbound_." + strconv.FormatUint(uint64(port), 10) + "_._." + string(h)
+}
+
+// isHTTP reports whether p is served by an HttpConnectionManager (HTTP/1.1,
+// HTTP/2 or gRPC) rather than a TCP proxy.
+func isHTTP(p model.Protocol) bool {
+	return p == model.ProtocolHTTP || p == model.ProtocolHTTP2 || p == model.ProtocolGRPC
+}
+
+// isHTTP2 reports whether p needs HTTP/2 towards the upstream.
+func isHTTP2(p model.Protocol) bool { return p == model.ProtocolHTTP2 || p == model.ProtocolGRPC }
+
+// sortedServices returns the usable services sorted by hostname, the first
+// of each hostname kept. Every sidecar generator iterates this order, which
+// also decides the ties documented on them.
+func sortedServices(services []*model.MergedService) []*model.MergedService {
+	out := make([]*model.MergedService, 0, len(services))
+	for _, ms := range services {
+		if ms != nil && ms.Service != nil && ms.Service.Hostname != "" {
+			out = append(out, ms)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *model.MergedService) int {
+		return strings.Compare(string(a.Service.Hostname), string(b.Service.Hostname))
+	})
+	return slices.CompactFunc(out, func(a, b *model.MergedService) bool {
+		return a.Service.Hostname == b.Service.Hostname
+	})
+}
+
+// SidecarInbound returns the ports the pod at ip in cluster serves: the
+// target ports, on every endpoint of services whose cluster is cluster and
+// whose address is ip (ready or not, so that a readiness flap does not
+// rebuild listeners), of each service port. The result is sorted by port,
+// one entry per port. When services disagree on a port's protocol, an
+// HTTP-family protocol (HTTP, HTTP2, GRPC) wins over TCP, and among equals
+// the service first in hostname order. It is pure.
+func SidecarInbound(services []*model.MergedService, cluster model.ClusterID, ip netip.Addr) []InboundPort {
+	if !ip.IsValid() {
+		return nil
+	}
+	ip = ip.Unmap()
+	var out []InboundPort
+	for _, ms := range sortedServices(services) {
+		ports := servicePorts(ms.Service)
+		for i := range ms.Endpoints {
+			e := &ms.Endpoints[i]
+			if e.Cluster != cluster || e.Address.Unmap() != ip {
+				continue
+			}
+			for _, sp := range ports {
+				tp, ok := e.TargetPort(sp)
+				if !ok || !validPort(tp) {
+					continue
+				}
+				out = addInbound(out, InboundPort{Port: tp, Protocol: sp.Protocol})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b InboundPort) int { return int(a.Port) - int(b.Port) })
+	return out
+}
+
+// addInbound adds p to ports unless its port is there; an HTTP-family
+// protocol replaces a TCP one.
+func addInbound(ports []InboundPort, p InboundPort) []InboundPort {
+	i := slices.IndexFunc(ports, func(q InboundPort) bool { return q.Port == p.Port })
+	switch {
+	case i < 0:
+		return append(ports, p)
+	case !isHTTP(ports[i].Protocol) && isHTTP(p.Protocol):
+		ports[i] = p
+	}
+	return ports
+}
+
+// servicePortRef is one port of one service.
+type servicePortRef struct {
+	svc  *model.Service
+	port model.ServicePort
+}
+
+// outboundPort is everything declared on one service port number: what the
+// outbound listener on that port serves.
+type outboundPort struct {
+	port uint32
+	// http are the services with an HTTP-family protocol on the port, in
+	// hostname order: one virtual host each in route "<port>".
+	http []servicePortRef
+	// tcp are the TCP services on the port, in hostname order.
+	tcp []servicePortRef
+}
+
+// isHTTP reports whether the port's listener is an HttpConnectionManager.
+// HTTP wins a port shared with TCP services: it can tell services apart by
+// their authority, a TCP proxy cannot.
+func (p outboundPort) isHTTP() bool { return len(p.http) > 0 }
+
+// tcpTarget is the one service a TCP listener forwards to. Without service
+// VIPs (the model has none) connections to different TCP services on one
+// port look alike, so the first service in hostname order takes the port.
+func (p outboundPort) tcpTarget() servicePortRef { return p.tcp[0] }
+
+// outboundPorts groups the ports of services by number, sorted, leaving out
+// reserved ports.
+func outboundPorts(services []*model.MergedService) []outboundPort {
+	var out []outboundPort
+	for _, ms := range sortedServices(services) {
+		for _, sp := range servicePorts(ms.Service) {
+			if reservedPort(sp.Port) {
+				continue
+			}
+			i := slices.IndexFunc(out, func(p outboundPort) bool { return p.port == sp.Port })
+			if i < 0 {
+				out = append(out, outboundPort{port: sp.Port})
+				i = len(out) - 1
+			}
+			ref := servicePortRef{svc: ms.Service, port: sp}
+			if isHTTP(sp.Protocol) {
+				out[i].http = append(out[i].http, ref)
+			} else {
+				out[i].tcp = append(out[i].tcp, ref)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b outboundPort) int { return int(a.port) - int(b.port) })
+	return out
+}
+
+// named is a resource with a name (every xDS resource type).
+type named interface{ GetName() string }
+
+// sortByName sorts resources by name, the order of every sidecar
+// generator's output.
+func sortByName[T named](rs []T) {
+	slices.SortFunc(rs, func(a, b T) int { return strings.Compare(a.GetName(), b.GetName()) })
+}

@@ -1,0 +1,174 @@
+package xdsgen
+
+import (
+	"math"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// httpProtocolOptionsKey is the typed_extension_protocol_options key of the
+// upstream HTTP protocol options.
+const httpProtocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+// localhost is where a sidecar's app listens for the inbound clusters.
+const localhost = "127.0.0.1"
+
+// SidecarClusters returns the clusters of an Envoy sidecar, sorted by name:
+//
+//   - outbound|<port>||<hostname> for every port of every service: EDS over
+//     ADS under the same name (the assignments are LoadAssignments, shared
+//     with proxyless clients), least-request balancing, HTTP/2 towards
+//     HTTP2 and GRPC ports, istiod's unlimited circuit breakers, and with
+//     opts.Security Istio mutual TLS (SDS secrets from pilot-agent, SAN
+//     check against ServiceSANs, SNI SidecarSNI, ALPN "istio"[, "h2"]);
+//   - PassthroughClusterName (ORIGINAL_DST) and BlackHoleClusterName
+//     (STATIC, no endpoints);
+//   - inbound|<port>|| for every port of sc.Inbound outside the reserved
+//     ones: STATIC to 127.0.0.1:<port>, the app, in plaintext.
+//
+// It is pure.
+func SidecarClusters(services []*model.MergedService, sc Sidecar, opts Options) []*clusterv3.Cluster {
+	out := []*clusterv3.Cluster{passthroughCluster(), blackHoleCluster()}
+	for _, ms := range sortedServices(services) {
+		out = append(out, outboundClusters(ms, opts)...)
+	}
+	for _, p := range sc.Inbound {
+		if validPort(p.Port) && !reservedPort(p.Port) {
+			out = append(out, inboundCluster(p))
+		}
+	}
+	sortByName(out)
+	return out
+}
+
+// outboundClusters are the clusters of ms's ports.
+func outboundClusters(ms *model.MergedService, opts Options) []*clusterv3.Cluster {
+	var sans []string
+	if opts.Security {
+		sans = ServiceSANs(ms, opts)
+	}
+	var out []*clusterv3.Cluster
+	for _, sp := range servicePorts(ms.Service) {
+		name := ClusterName(ms.Service.Hostname, sp.Port)
+		c := &clusterv3.Cluster{
+			Name:                 name,
+			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
+				EdsConfig:   adsWaitingConfigSource(),
+				ServiceName: name,
+			},
+			ConnectTimeout: durationpb.New(connectTimeout),
+			LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
+			CircuitBreakers: &clusterv3.CircuitBreakers{
+				Thresholds: []*clusterv3.CircuitBreakers_Thresholds{unlimitedThresholds()},
+			},
+		}
+		if isHTTP2(sp.Protocol) {
+			c.TypedExtensionProtocolOptions = http2Options()
+		}
+		if opts.Security {
+			c.TransportSocket = sidecarUpstreamTLS(SidecarSNI(ms.Service.Hostname, sp.Port), sans, isHTTP2(sp.Protocol))
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// adsWaitingConfigSource is ADS without an initial fetch timeout, istiod's
+// source for a sidecar's RDS and EDS: a listener or cluster waits for its
+// routes or endpoints instead of starting without them after 15 s.
+func adsWaitingConfigSource() *corev3.ConfigSource {
+	cs := adsConfigSource()
+	cs.InitialFetchTimeout = durationpb.New(0)
+	return cs
+}
+
+// unlimitedThresholds are istiod's default circuit breakers: Envoy's own
+// defaults (1024 connections, 3 parallel retries) cause 503s during pod
+// churn before the control plane has pushed the new endpoints.
+func unlimitedThresholds() *clusterv3.CircuitBreakers_Thresholds {
+	return &clusterv3.CircuitBreakers_Thresholds{
+		MaxConnections:     wrapperspb.UInt32(math.MaxUint32),
+		MaxPendingRequests: wrapperspb.UInt32(math.MaxUint32),
+		MaxRequests:        wrapperspb.UInt32(math.MaxUint32),
+		MaxRetries:         wrapperspb.UInt32(math.MaxUint32),
+		TrackRemaining:     true,
+	}
+}
+
+// http2Options makes a cluster speak HTTP/2 to its endpoints.
+func http2Options() map[string]*anypb.Any {
+	return map[string]*anypb.Any{
+		httpProtocolOptionsKey: mustAny(&httpv3.HttpProtocolOptions{
+			UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+			}},
+		}),
+	}
+}
+
+// passthroughCluster connects to a connection's original destination.
+func passthroughCluster() *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 PassthroughClusterName,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST},
+		ConnectTimeout:       durationpb.New(connectTimeout),
+		LbPolicy:             clusterv3.Cluster_CLUSTER_PROVIDED,
+	}
+}
+
+// blackHoleCluster has no endpoints: a TCP proxy to it closes at once.
+func blackHoleCluster() *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 BlackHoleClusterName,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+		ConnectTimeout:       durationpb.New(connectTimeout),
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+	}
+}
+
+// inboundCluster reaches the app on 127.0.0.1:<port> (Istio's localhost
+// inbound; in NONE mode the pod IP is Envoy's own inbound listener).
+func inboundCluster(p InboundPort) *clusterv3.Cluster {
+	name := InboundClusterName(p.Port)
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
+		ConnectTimeout:       durationpb.New(connectTimeout),
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		CircuitBreakers: &clusterv3.CircuitBreakers{
+			Thresholds: []*clusterv3.CircuitBreakers_Thresholds{unlimitedThresholds()},
+		},
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{
+			ClusterName: name,
+			Endpoints: []*endpointv3.LocalityLbEndpoints{{
+				LbEndpoints: []*endpointv3.LbEndpoint{{
+					HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+						Address: socketAddress(localhost, p.Port),
+					}},
+				}},
+			}},
+		},
+	}
+	if isHTTP2(p.Protocol) {
+		c.TypedExtensionProtocolOptions = http2Options()
+	}
+	return c
+}
+
+// socketAddress is the TCP address ip:port.
+func socketAddress(ip string, port uint32) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Protocol:      corev3.SocketAddress_TCP,
+		Address:       ip,
+		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+	}}}
+}

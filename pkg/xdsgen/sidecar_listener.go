@@ -1,0 +1,286 @@
+package xdsgen
+
+import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	originaldstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// Names of the upstream Envoy extensions the sidecar listeners use (and
+// no other: Istio's own filters do not exist in upstream Envoy).
+const (
+	filterHCM          = "envoy.filters.network.http_connection_manager"
+	filterTCPProxy     = "envoy.filters.network.tcp_proxy"
+	filterOriginalDst  = "envoy.filters.listener.original_dst"
+	filterTLSInspector = "envoy.filters.listener.tls_inspector"
+)
+
+// Addresses the sidecar listeners use.
+const (
+	wildcard = "0.0.0.0"
+	// transportProtocolTLS is what the TLS inspector reports for a TLS
+	// ClientHello.
+	transportProtocolTLS = "tls"
+)
+
+// SidecarListeners returns the listeners of an Envoy sidecar, sorted by
+// name.
+//
+// Outbound, one listener per service port number (reserved ports
+// excepted): a port with an HTTP-family service gets an
+// HttpConnectionManager that fetches route SidecarRouteName(port) over ADS
+// and routes by authority; a port with only TCP services gets a TCP proxy
+// to the first of them in hostname order (see outboundPort.tcpTarget). In
+// REDIRECT and TPROXY mode the listeners are "0.0.0.0_<port>", not bound
+// (bind_to_port false): virtualOutbound on 0.0.0.0:15001 accepts what
+// iptables redirects and hands each connection to the listener of its
+// original destination port (use_original_dst), or passes it through to
+// PassthroughClusterName (connections to 15001 itself go to
+// BlackHoleClusterName, which breaks loops). In NONE mode the listeners
+// bind for real on 127.0.0.1:<port> ("127.0.0.1_<port>", the app dials
+// localhost) and there is no virtual listener; a port that the workload
+// itself serves (sc.Inbound) gets no outbound listener there, because the
+// app holds 127.0.0.1:<port>.
+//
+// Inbound, one filter chain per sc.Inbound port (reserved ones excepted):
+// HTTP-family ports an HttpConnectionManager to InboundClusterName(port)
+// that sets x-forwarded-client-cert to the client's SPIFFE ID (and drops
+// one the client sent), TCP ports a TCP proxy to it. In REDIRECT and TPROXY
+// mode the chains, named "0.0.0.0_<port>" and matched by destination port,
+// belong to virtualInbound on 0.0.0.0:15006, whose original_dst listener
+// filter restores the address iptables rewrote (use_original_dst is not
+// set: it would hand inbound connections to the outbound listeners of the
+// same port). In NONE mode each port is a listener "<ip>_<port>" bound on
+// sc.IP:<port>; none when sc.IP is invalid. With opts.Security every
+// inbound chain requires Istio mutual TLS (a TLS inspector matches
+// transport "tls"; a plaintext connection matches no chain and is closed);
+// without it everything is plaintext. TPROXY differs from REDIRECT only in
+// the virtual listeners being transparent.
+//
+// It is pure.
+func SidecarListeners(services []*model.MergedService, sc Sidecar, opts Options) []*listenerv3.Listener {
+	var out []*listenerv3.Listener
+	for _, p := range outboundPorts(services) {
+		if sc.bindsPorts() && sc.serves(p.port) {
+			continue
+		}
+		out = append(out, outboundListener(p, sc))
+	}
+	out = append(out, inboundListeners(sc, opts)...)
+	if !sc.bindsPorts() {
+		out = append(out, virtualOutboundListener(sc))
+	}
+	sortByName(out)
+	return out
+}
+
+// outboundListener is the listener of one service port number.
+func outboundListener(p outboundPort, sc Sidecar) *listenerv3.Listener {
+	bind := wildcard
+	if sc.bindsPorts() {
+		bind = localhost
+	}
+	name := SidecarListenerName(bind, p.port)
+	var filter *listenerv3.Filter
+	if p.isHTTP() {
+		hcm := sidecarHCM("outbound_" + name)
+		hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    adsWaitingConfigSource(),
+			RouteConfigName: SidecarRouteName(p.port),
+		}}
+		filter = networkFilter(filterHCM, hcm)
+	} else {
+		t := p.tcpTarget()
+		filter = tcpProxy(ClusterName(t.svc.Hostname, t.port.Port))
+	}
+	l := &listenerv3.Listener{
+		Name:             name,
+		Address:          socketAddress(bind, p.port),
+		FilterChains:     []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{filter}}},
+		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+	}
+	if !sc.bindsPorts() {
+		l.BindToPort = wrapperspb.Bool(false)
+	}
+	return l
+}
+
+// virtualOutboundListener receives the outbound connections iptables
+// redirects to 15001 and hands each to the listener of its original
+// destination; what no listener takes is passed through.
+func virtualOutboundListener(sc Sidecar) *listenerv3.Listener {
+	return &listenerv3.Listener{
+		Name:           VirtualOutboundListenerName,
+		Address:        socketAddress(wildcard, VirtualOutboundPort),
+		UseOriginalDst: wrapperspb.Bool(true),
+		Transparent:    transparent(sc),
+		FilterChains: []*listenerv3.FilterChain{
+			{
+				// A connection whose destination was 15001 itself would
+				// loop back here through the passthrough.
+				Name:             VirtualOutboundListenerName + "-blackhole",
+				FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(VirtualOutboundPort)},
+				Filters:          []*listenerv3.Filter{tcpProxy(BlackHoleClusterName)},
+			},
+			{
+				Name:    VirtualOutboundListenerName + "-catchall-tcp",
+				Filters: []*listenerv3.Filter{tcpProxy(PassthroughClusterName)},
+			},
+		},
+		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+	}
+}
+
+// transparent is the Transparent setting of the virtual listeners.
+func transparent(sc Sidecar) *wrapperspb.BoolValue {
+	if sc.mode() == InterceptTProxy {
+		return wrapperspb.Bool(true)
+	}
+	return nil
+}
+
+// inboundListeners are virtualInbound (REDIRECT, TPROXY) or one bound
+// listener per inbound port (NONE).
+func inboundListeners(sc Sidecar, opts Options) []*listenerv3.Listener {
+	var ports []InboundPort
+	for _, p := range sc.Inbound {
+		if validPort(p.Port) && !reservedPort(p.Port) {
+			ports = append(ports, p)
+		}
+	}
+	if !sc.bindsPorts() {
+		return []*listenerv3.Listener{virtualInboundListener(sc, ports, opts)}
+	}
+	if !sc.IP.IsValid() {
+		return nil
+	}
+	ip := sc.IP.Unmap().WithZone("").String()
+	out := make([]*listenerv3.Listener, 0, len(ports))
+	for _, p := range ports {
+		name := SidecarListenerName(ip, p.Port)
+		fc := inboundChain(name, p, opts)
+		l := &listenerv3.Listener{
+			Name:             name,
+			Address:          socketAddress(ip, p.Port),
+			FilterChains:     []*listenerv3.FilterChain{fc},
+			TrafficDirection: corev3.TrafficDirection_INBOUND,
+		}
+		if opts.Security {
+			l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspector()}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// virtualInboundListener receives the inbound connections iptables
+// redirects to 15006, one filter chain per workload port.
+func virtualInboundListener(sc Sidecar, ports []InboundPort, opts Options) *listenerv3.Listener {
+	l := &listenerv3.Listener{
+		Name:             VirtualInboundListenerName,
+		Address:          socketAddress(wildcard, VirtualInboundPort),
+		Transparent:      transparent(sc),
+		ListenerFilters:  []*listenerv3.ListenerFilter{listenerFilter(filterOriginalDst, &originaldstv3.OriginalDst{})},
+		TrafficDirection: corev3.TrafficDirection_INBOUND,
+	}
+	if opts.Security {
+		l.ListenerFilters = append(l.ListenerFilters, tlsInspector())
+	}
+	for _, p := range ports {
+		fc := inboundChain(SidecarListenerName(wildcard, p.Port), p, opts)
+		if fc.FilterChainMatch == nil {
+			fc.FilterChainMatch = &listenerv3.FilterChainMatch{}
+		}
+		fc.FilterChainMatch.DestinationPort = wrapperspb.UInt32(p.Port)
+		l.FilterChains = append(l.FilterChains, fc)
+	}
+	if len(l.FilterChains) == 0 {
+		// Envoy rejects a listener without filter chains.
+		l.FilterChains = []*listenerv3.FilterChain{{
+			Name:    VirtualInboundListenerName + "-blackhole",
+			Filters: []*listenerv3.Filter{tcpProxy(BlackHoleClusterName)},
+		}}
+	}
+	return l
+}
+
+// inboundChain is the filter chain named name that serves workload port p.
+func inboundChain(name string, p InboundPort, opts Options) *listenerv3.FilterChain {
+	fc := &listenerv3.FilterChain{Name: name}
+	if isHTTP(p.Protocol) {
+		fc.Filters = []*listenerv3.Filter{networkFilter(filterHCM, inboundHCM(name, p))}
+	} else {
+		fc.Filters = []*listenerv3.Filter{tcpProxy(InboundClusterName(p.Port))}
+	}
+	if opts.Security {
+		fc.FilterChainMatch = &listenerv3.FilterChainMatch{TransportProtocol: transportProtocolTLS}
+		fc.TransportSocket = sidecarDownstreamTLS()
+	}
+	return fc
+}
+
+// inboundHCM serves requests to the app: it replaces any
+// x-forwarded-client-cert the client sent by one naming the client
+// certificate's URI SAN (its SPIFFE ID), so the app can trust the header.
+func inboundHCM(name string, p InboundPort) *hcmv3.HttpConnectionManager {
+	hcm := sidecarHCM("inbound_" + name)
+	hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: inboundRouteConfig(p)}
+	hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_SANITIZE_SET
+	hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Uri: true}
+	if isHTTP2(p.Protocol) {
+		hcm.Http2ProtocolOptions = &corev3.Http2ProtocolOptions{}
+	}
+	return hcm
+}
+
+// sidecarHCM is istiod's HttpConnectionManager for sidecars, without a
+// route: HTTP/1.1 or HTTP/2 detected, the connection's peer not taken as
+// the client (no use_remote_address), paths normalized but escaped slashes
+// kept, no idle timeout on streams (long-lived gRPC streams), websocket
+// upgrades allowed, and the router as the only HTTP filter.
+func sidecarHCM(statPrefix string) *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
+		CodecType:                    hcmv3.HttpConnectionManager_AUTO,
+		StatPrefix:                   statPrefix,
+		UseRemoteAddress:             wrapperspb.Bool(false),
+		NormalizePath:                wrapperspb.Bool(true),
+		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED,
+		StreamIdleTimeout:            durationpb.New(0),
+		UpgradeConfigs:               []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
+		HttpFilters: []*hcmv3.HttpFilter{{
+			Name:       routerFilterName,
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
+		}},
+	}
+}
+
+// tcpProxy forwards connections to cluster.
+func tcpProxy(cluster string) *listenerv3.Filter {
+	return networkFilter(filterTCPProxy, &tcpproxyv3.TcpProxy{
+		StatPrefix:       cluster,
+		ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: cluster},
+	})
+}
+
+// tlsInspector reads the ClientHello so that chains can match on TLS. Its
+// 512-byte read buffer is istiod's (the default is 64 KiB per connection).
+func tlsInspector() *listenerv3.ListenerFilter {
+	return listenerFilter(filterTLSInspector, &tlsinspectorv3.TlsInspector{InitialReadBufferSize: wrapperspb.UInt32(512)})
+}
+
+func networkFilter(name string, m proto.Message) *listenerv3.Filter {
+	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(m)}}
+}
+
+func listenerFilter(name string, m proto.Message) *listenerv3.ListenerFilter {
+	return &listenerv3.ListenerFilter{Name: name, ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(m)}}
+}

@@ -1,0 +1,138 @@
+package xdsgen
+
+import (
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+// SidecarRoutes returns the outbound HTTP route configurations of Envoy
+// sidecars, one per port that has an HTTP-family service (reserved ports
+// excepted), named SidecarRouteName(port) and sorted by name. Each has one
+// virtual host per HTTP service on the port, named "<hostname>:<port>",
+// whose domains are those of the proxyless routes (the hostname, the
+// Kubernetes short forms, each bare and with ":<port>") and whose one route
+// sends every path to ClusterName, with Istio's defaults: no timeout (0
+// disables Envoy's 15 s default; grpc-timeout headers are honoured
+// uncapped) and Istio's default retry policy.
+//
+// The routes are the same for every sidecar, so the short forms cannot
+// depend on the client's namespace as Kubernetes DNS does: a domain that
+// several services claim (echo.a and echo.b both claim "echo") is left out
+// of all of them, because Envoy rejects a route configuration whose virtual
+// hosts share a domain, and which service was meant is unknowable. A host
+// that matches no virtual host gets Envoy's 404 (there is no allow-any
+// passthrough host). opts is accepted for symmetry with the other
+// generators; the routes do not depend on it. It is pure.
+func SidecarRoutes(services []*model.MergedService, _ Options) []*routev3.RouteConfiguration {
+	var out []*routev3.RouteConfiguration
+	for _, p := range outboundPorts(services) {
+		if p.isHTTP() {
+			out = append(out, sidecarRoute(p))
+		}
+	}
+	sortByName(out)
+	return out
+}
+
+func sidecarRoute(p outboundPort) *routev3.RouteConfiguration {
+	claims := map[string]int{}
+	for _, ref := range p.http {
+		for _, d := range domains(ref.svc, p.port) {
+			claims[d]++
+		}
+	}
+	rc := &routev3.RouteConfiguration{
+		Name: SidecarRouteName(p.port),
+		// The clusters arrive on CDS independently; do not reject a route
+		// that names one not yet known (istiod's setting too).
+		ValidateClusters: wrapperspb.Bool(false),
+	}
+	for _, ref := range p.http {
+		var ds []string
+		for _, d := range domains(ref.svc, p.port) {
+			if claims[d] == 1 {
+				ds = append(ds, d)
+			}
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
+			Name:    ListenerName(ref.svc.Hostname, p.port),
+			Domains: ds,
+			Routes:  []*routev3.Route{outboundRoute(ClusterName(ref.svc.Hostname, p.port))},
+		})
+	}
+	return rc
+}
+
+// outboundRoute is istiod's default outbound route to cluster.
+func outboundRoute(cluster string) *routev3.Route {
+	return &routev3.Route{
+		Name:  "default",
+		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+			ClusterSpecifier:  &routev3.RouteAction_Cluster{Cluster: cluster},
+			Timeout:           durationpb.New(0),
+			MaxStreamDuration: noGRPCTimeoutCap(),
+			RetryPolicy:       defaultRetryPolicy(),
+		}},
+	}
+}
+
+// noGRPCTimeoutCap honours a gRPC client's grpc-timeout header without a
+// cap, and sets no stream duration limit: the non-deprecated form of
+// istiod's max_grpc_timeout 0s.
+func noGRPCTimeoutCap() *routev3.RouteAction_MaxStreamDuration {
+	return &routev3.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: durationpb.New(0)}
+}
+
+// defaultRetryPolicy is istiod's default for outbound HTTP routes: two
+// retries on connection failures, refused streams, gRPC unavailable or
+// cancelled and the statuses a x-envoy-retriable-status-codes header names,
+// each on another host than before.
+func defaultRetryPolicy() *routev3.RetryPolicy {
+	return &routev3.RetryPolicy{
+		RetryOn:                       "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
+		NumRetries:                    wrapperspb.UInt32(2),
+		HostSelectionRetryMaxAttempts: 5,
+		RetryHostPredicate: []*routev3.RetryPolicy_RetryHostPredicate{{
+			Name: "envoy.retry_host_predicates.previous_hosts",
+			ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{
+				TypedConfig: mustAny(&previoushostsv3.PreviousHostsPredicate{}),
+			},
+		}},
+	}
+}
+
+// inboundRouteConfig is the inline route of an inbound HTTP chain on port:
+// every request to the local app, without timeout; requests other than
+// gRPC are retried when the connection to the app resets before the
+// request was sent (istiod's inbound default).
+func inboundRouteConfig(p InboundPort) *routev3.RouteConfiguration {
+	action := &routev3.RouteAction{
+		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: InboundClusterName(p.Port)},
+		Timeout:          durationpb.New(0),
+		MaxStreamDuration: &routev3.RouteAction_MaxStreamDuration{
+			MaxStreamDuration:    durationpb.New(0),
+			GrpcTimeoutHeaderMax: durationpb.New(0),
+		},
+	}
+	if p.Protocol != model.ProtocolGRPC {
+		action.RetryPolicy = &routev3.RetryPolicy{RetryOn: "reset-before-request", NumRetries: wrapperspb.UInt32(2)}
+	}
+	return &routev3.RouteConfiguration{
+		Name: InboundClusterName(p.Port),
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name:    "inbound|http|" + SidecarRouteName(p.Port),
+			Domains: []string{"*"},
+			Routes: []*routev3.Route{{
+				Name:   "default",
+				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routev3.Route_Route{Route: action},
+			}},
+		}},
+		ValidateClusters: wrapperspb.Bool(false),
+	}
+}
