@@ -479,12 +479,23 @@ func TestHubChart(t *testing.T) {
 	const ns = "meshfed"
 	r := mustRender(t, hubChartDir, ns, nil)
 	noWildcards(t, r)
+	// The hub's only cluster-wide right in the config cluster: reviewing
+	// the tokens of xDS callers that name no cluster (istioctl).
 	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
 		for _, u := range r.objects {
-			if u.GetKind() == kind {
-				t.Errorf("the hub needs no cluster-wide rights in the config cluster, got %s %s", kind, u.GetName())
+			if u.GetKind() == kind && u.GetName() != "meshfed-hub-tokenreview-"+ns {
+				t.Errorf("unexpected cluster-wide %s %s", kind, u.GetName())
 			}
 		}
+	}
+	var review rbacv1.ClusterRole
+	r.get(t, "ClusterRole", "", "meshfed-hub-tokenreview-"+ns, &review)
+	requireRules(t, "hub token review role", review.Rules, `"authentication.k8s.io" tokenreviews create`)
+	var reviewBinding rbacv1.ClusterRoleBinding
+	r.get(t, "ClusterRoleBinding", "", "meshfed-hub-tokenreview-"+ns, &reviewBinding)
+	if reviewBinding.RoleRef.Name != review.Name || len(reviewBinding.Subjects) != 1 ||
+		reviewBinding.Subjects[0].Name != "meshfed-hub" || reviewBinding.Subjects[0].Namespace != ns {
+		t.Errorf("token review binding %+v", reviewBinding)
 	}
 	var role rbacv1.Role
 	r.get(t, "Role", ns, "meshfed-hub", &role)

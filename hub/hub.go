@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,6 +33,7 @@ import (
 	"github.com/meshfed/meshfed/hub/replication"
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/hub/trust"
+	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -43,8 +47,17 @@ type Options struct {
 	Kubeconfig string
 	// Namespace of the remote secrets in the config cluster.
 	Namespace string
-	// XDSAddr is the plaintext ADS listen address.
+	// XDSAddr is the plaintext ADS listen address; empty turns the
+	// plaintext port off. Its streams are not authenticated.
 	XDSAddr string
+	// XDSSANs are more names of the CA port's serving certificate, which
+	// authenticated xDS shares: the host names (or IPs) proxies dial as
+	// their discoveryAddress, or set as ISTIOD_SAN.
+	XDSSANs []string
+	// ConfigClusterID names the config cluster when it reviews the token
+	// of an xDS caller that names no cluster (istioctl sends no
+	// ClusterID): a remote cluster of that ID is asked instead.
+	ConfigClusterID model.ClusterID
 	// XDSMTLS makes the xDS resources ask for mTLS between workloads:
 	// clusters with an UpstreamTlsContext, inbound listeners requiring
 	// client certificates (certificate provider instance "default").
@@ -85,7 +98,9 @@ type Options struct {
 
 	// Workload CA (package hub/ca).
 	// CAAddr is the TLS listen address of Istio's certificate API
-	// (IstioCertificateService); empty disables the CA.
+	// (IstioCertificateService) and of authenticated xDS (ADS, CSDS), as
+	// istiod's port 15012 carries both; empty disables the CA and
+	// authenticated xDS.
 	CAAddr string
 	// TrustDomain of workload SPIFFE IDs.
 	TrustDomain pki.TrustDomain
@@ -120,6 +135,7 @@ func DefaultOptions() Options {
 		// a new replica out of its load balancer for long.
 		ClusterSyncTimeout: 30 * time.Second,
 		DomainSuffix:       model.DefaultDomainSuffix,
+		ConfigClusterID:    "config",
 		GossipAddr:         ":7946",
 		PeerAddr:           ":15011",
 		// One watcher per remote cluster keeps the load on remote
@@ -195,14 +211,35 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("hub: manager: %w", err)
 	}
 	provider.SetupWithManager(mgr.GetLocalManager())
+	// xdsServer is built below, after the CA whose spokes its status
+	// source reads; the CA registers its authenticated services on its
+	// port only when it serves, in Run.
+	var xdsServer *xds.Server
 	var caServer *trust.CA
+	var authn xds.Authn
 	if opts.CAAddr != "" {
+		clusters := configClusterAnd{ClusterConfigs: provider, id: opts.ConfigClusterID, cfg: cfg}
+		tokens, err := ca.NewAuthenticator(ca.AuthenticatorOptions{
+			Clusters: clusters, Audiences: opts.CAAudiences, Clock: opts.Clock, Metrics: reg,
+		})
+		if err != nil {
+			return fmt.Errorf("hub: token authenticator: %w", err)
+		}
+		authn = xds.Authn{
+			Tokens: tokens, ConfigCluster: opts.ConfigClusterID,
+			// The CA publishes its roots to the bundle before it serves.
+			Roots: func() []byte { return trustsvc.BundleOf(bundle.TrustRoots()).PEM() },
+		}
+		dns, ips := caServingNames(opts)
 		caServer, err = trust.New(ctx, trust.Options{
 			Client: configClient, Namespace: opts.Namespace, Replica: self,
-			TrustDomain: opts.TrustDomain, Audiences: opts.CAAudiences, Clusters: provider, Bundle: bundle,
-			CertTTL: opts.WorkloadCertTTL, MaxCertTTL: opts.MaxWorkloadCertTTL, DNSNames: opts.CADNSNames,
+			TrustDomain: opts.TrustDomain, Audiences: opts.CAAudiences, Clusters: clusters, Bundle: bundle,
+			Authenticator: tokens,
+			CertTTL:       opts.WorkloadCertTTL, MaxCertTTL: opts.MaxWorkloadCertTTL, DNSNames: dns, IPs: ips,
 			RetireGrace: opts.RootRetireGrace, RootSpread: opts.RootSpread,
-			Clock: opts.Clock, Metrics: reg, Log: log,
+			Services:    []func(grpc.ServiceRegistrar){func(r grpc.ServiceRegistrar) { xdsServer.RegisterAuthenticated(r) }},
+			GRPCOptions: xds.GRPCOptions(),
+			Clock:       opts.Clock, Metrics: reg, Log: log,
 		})
 		if err != nil {
 			return fmt.Errorf("hub: %w", err)
@@ -218,11 +255,11 @@ func Run(ctx context.Context, opts Options) error {
 		spokes = caServer.Spokes()
 	}
 	fleet := fleetstatus.New(fleetstatus.Options{Self: self, Proxies: tracker, Spokes: spokes})
-	xdsServer := xds.New(xds.Options{
+	xdsServer = xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
 		Replica: opts.ReplicaID, Clock: opts.Clock,
 		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
-		Tracker: tracker, StatusSource: fleet,
+		Tracker: tracker, StatusSource: fleet, Authn: authn,
 	})
 	repl, err := newReplicator(ctx, opts, configClient,
 		replication.Deps{Store: st, Trust: bundle, Proxies: fleet, Ownership: own}, log, reg)
@@ -242,6 +279,7 @@ func Run(ctx context.Context, opts Options) error {
 			debugdoc.ProxyStatusName: func(*http.Request) any { return proxystatus.JSONDocument{Proxies: fleet.All()} },
 			debugdoc.TrustzName:      func(*http.Request) any { return trust.Trustz(bundle.TrustRoots()) },
 			debugdoc.SpokezName:      func(*http.Request) any { return fleet.Spokes(opts.Clock.Now()) },
+			debugdoc.ClusterzName:    func(*http.Request) any { return remotes.Clusterz(status) },
 		},
 		Log: log.WithName("monitoring"),
 	})
@@ -256,6 +294,53 @@ func Run(ctx context.Context, opts Options) error {
 		g.Go(func() error { return caServer.Run(ctx, opts.CAAddr) })
 	}
 	return g.Wait()
+}
+
+// configClusterAnd gives the remote clusters' configurations, and the
+// config cluster's own under id when no remote cluster has that ID: the
+// config cluster reviews the tokens of callers that name no cluster.
+type configClusterAnd struct {
+	ca.ClusterConfigs
+	id  model.ClusterID
+	cfg *rest.Config
+}
+
+func (c configClusterAnd) ClusterConfig(id model.ClusterID) (*rest.Config, bool) {
+	if cfg, ok := c.ClusterConfigs.ClusterConfig(id); ok {
+		return cfg, true
+	}
+	if id != "" && id == c.id {
+		return c.cfg, true
+	}
+	return nil, false
+}
+
+// istiodSAN is the name pilot-agent checks the control plane's certificate
+// for when its discoveryAddress is a localhost one (Istio's
+// pilot/pkg/grpc/tls.go); otherwise it checks the address's host, or
+// ISTIOD_SAN when set.
+const istiodSAN = "istiod.istio-system.svc"
+
+// caServingNames are the DNS names and IPs of the CA port's certificate:
+// the CA's names (trust.DefaultDNSNames unless --ca-dns-names), the name
+// pilot-agent checks for a localhost discoveryAddress, and every
+// --xds-san, an IP becoming an IP SAN.
+func caServingNames(opts Options) ([]string, []net.IP) {
+	dns := opts.CADNSNames
+	if len(dns) == 0 {
+		dns = trust.DefaultDNSNames(opts.Namespace)
+	}
+	dns = append(slices.Clone(dns), istiodSAN)
+	var ips []net.IP
+	for _, san := range opts.XDSSANs {
+		if ip := net.ParseIP(san); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, san)
+		}
+	}
+	slices.Sort(dns)
+	return slices.Compact(dns), ips
 }
 
 func configClusterConfig(kubeconfig string) (*rest.Config, error) {

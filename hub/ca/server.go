@@ -75,8 +75,12 @@ type ServerOptions struct {
 	ShutdownGrace time.Duration
 	// Services are registered on the CA's gRPC server next to the
 	// certificate API, sharing its TLS port (the trust-bundle service of
-	// hub/trustsvc, for one).
+	// hub/trustsvc, and the authenticated xDS of hub/xds, for two).
 	Services []func(grpc.ServiceRegistrar)
+	// GRPCOptions are added to the CA's gRPC server options after its own,
+	// so they win: the keepalive policy and message size that long-lived
+	// xDS streams on this port need (hub/xds.Server.GRPCOptions).
+	GRPCOptions []grpc.ServerOption
 	// Clock tells the time for certificates. Default the real clock.
 	Clock clock.Clock
 	// Metrics registers meshfed_ca_csr_total and
@@ -291,22 +295,38 @@ func (s *Server) ttl(seconds int64) time.Duration {
 // request metadata.
 func credentialsFrom(ctx context.Context) (model.ClusterID, string, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	var cluster model.ClusterID
-	if v := md.Get(MetadataClusterID); len(v) > 0 {
-		cluster = model.ClusterID(strings.TrimSpace(v[0]))
-	}
+	cluster := ClusterIDOf(md)
 	if cluster == "" {
 		return "", "", fmt.Errorf("%w: no %q metadata", ErrMissingCredentials, "ClusterID")
 	}
+	token, err := BearerTokenOf(md)
+	if err != nil {
+		return "", "", err
+	}
+	return cluster, token, nil
+}
+
+// ClusterIDOf returns the caller's cluster from request metadata md (the
+// ClusterID key istio-agent sends), "" without one.
+func ClusterIDOf(md metadata.MD) model.ClusterID {
+	if v := md.Get(MetadataClusterID); len(v) > 0 {
+		return model.ClusterID(strings.TrimSpace(v[0]))
+	}
+	return ""
+}
+
+// BearerTokenOf returns the token of md's "authorization: Bearer <token>".
+// Without one it fails with ErrMissingCredentials.
+func BearerTokenOf(md metadata.MD) (string, error) {
 	auth := md.Get(MetadataAuthorization)
 	if len(auth) == 0 {
-		return "", "", fmt.Errorf("%w: no %q metadata", ErrMissingCredentials, MetadataAuthorization)
+		return "", fmt.Errorf("%w: no %q metadata", ErrMissingCredentials, MetadataAuthorization)
 	}
 	scheme, token, ok := strings.Cut(strings.TrimSpace(auth[0]), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return "", "", fmt.Errorf("%w: authorization is not %q", ErrMissingCredentials, "Bearer <token>")
+		return "", fmt.Errorf("%w: authorization is not %q", ErrMissingCredentials, "Bearer <token>")
 	}
-	return cluster, strings.TrimSpace(token), nil
+	return strings.TrimSpace(token), nil
 }
 
 // grpcError turns an error of the package into a status at the wire.
@@ -340,11 +360,11 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 
 // ServeListener is Serve on a listener the caller opened; it closes lis.
 func (s *Server) ServeListener(ctx context.Context, lis net.Listener) error {
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(s.TLSConfig())),
 		// A request is a CSR (under 64 KiB, see pki.ParseCSR) and metadata.
-		grpc.MaxRecvMsgSize(256<<10),
-	)
+		grpc.MaxRecvMsgSize(256 << 10),
+	}, s.opts.GRPCOptions...)...)
 	pb.RegisterIstioCertificateServiceServer(srv, s)
 	for _, register := range s.opts.Services {
 		register(srv)
@@ -374,6 +394,13 @@ func (s *Server) ServeListener(ctx context.Context, lis net.Listener) error {
 
 // TLSConfig is the server side of the CA's TLS: its certificate is issued
 // from the Keys for the serving names and re-issued at half-life.
+//
+// A client certificate is asked for but not verified here: xDS streams on
+// this port may authenticate with one, and hub/xds verifies it against the
+// mesh roots of the moment, so that a bad certificate is refused with its
+// cause (not a bare handshake failure) and a CreateCertificate caller
+// presenting a certificate of a retired root still reaches the CA, which
+// authenticates by token alone.
 func (s *Server) TLSConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.serving.get}
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.serving.get, ClientAuth: tls.RequestClientCert}
 }

@@ -14,5 +14,8 @@
 // shard per changed Service.
 //
 // Status records, per cluster, the secret that defines it, its sync state and
-// its last error, for /readyz, /debug/registryz and the metrics.
+// its last error, for /readyz, /debug/registryz and the metrics, and for
+// /debug/clusterz: the same clusters in istiod's shape
+// ([{"id","secretName","syncStatus"}]), which `istioctl remote-clusters`
+// reads.
 package remotes

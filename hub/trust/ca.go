@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"time"
 
@@ -53,8 +54,17 @@ type Options struct {
 	CertTTL, MaxCertTTL time.Duration
 	// DNSNames name the CA's serving certificate; empty means istiod.<ns>.svc
 	// and meshfed-hub.<ns>.svc (istio-agent's default CA address, and the
-	// hub's own Service).
+	// hub's own Service). IPs are added to it (loopback always is).
 	DNSNames []string
+	IPs      []net.IP
+	// Authenticator reviews the callers' tokens; nil means one of the CA's
+	// own over Clusters. The hub passes the one its xDS streams share, so
+	// both use one review cache.
+	Authenticator ca.TokenAuthenticator
+	// Services and GRPCOptions are the CA server's (ca.ServerOptions):
+	// more services on the CA's TLS port, after the trust-bundle service.
+	Services    []func(grpc.ServiceRegistrar)
+	GRPCOptions []grpc.ServerOption
 	// RetireGrace and RootSpread are the key store's (ca.KeyStoreOptions).
 	RetireGrace, RootSpread time.Duration
 
@@ -99,11 +109,13 @@ func New(ctx context.Context, opts Options) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trust: CA keys: %w", err)
 	}
-	authn, err := ca.NewAuthenticator(ca.AuthenticatorOptions{
-		Clusters: opts.Clusters, Audiences: opts.Audiences, Clock: opts.Clock, Metrics: opts.Metrics,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("trust: CA authenticator: %w", err)
+	authn := opts.Authenticator
+	if authn == nil {
+		if authn, err = ca.NewAuthenticator(ca.AuthenticatorOptions{
+			Clusters: opts.Clusters, Audiences: opts.Audiences, Clock: opts.Clock, Metrics: opts.Metrics,
+		}); err != nil {
+			return nil, fmt.Errorf("trust: CA authenticator: %w", err)
+		}
 	}
 	svc, err := trustsvc.New(trustsvc.Options{
 		Authenticator: authn, Roots: opts.Bundle.TrustRoots, Changed: opts.Bundle.TrustChanged(),
@@ -114,15 +126,15 @@ func New(ctx context.Context, opts Options) (*CA, error) {
 	}
 	names := opts.DNSNames
 	if len(names) == 0 {
-		// istio-agent's default CA address, and the hub's own Service.
-		names = []string{"istiod." + opts.Namespace + ".svc", "meshfed-hub." + opts.Namespace + ".svc"}
+		names = DefaultDNSNames(opts.Namespace)
 	}
 	srv, err := ca.NewServer(ca.ServerOptions{
 		Keys: keys, Authenticator: authn, TrustDomain: opts.TrustDomain,
 		TrustBundle: func() []byte { return trustsvc.BundleOf(opts.Bundle.TrustRoots()).PEM() },
 		DefaultTTL:  opts.CertTTL, MaxTTL: opts.MaxCertTTL,
-		ServingDNSNames: names, Clock: opts.Clock, Metrics: opts.Metrics, Log: c.log,
-		Services: []func(grpc.ServiceRegistrar){svc.Register},
+		ServingDNSNames: names, ServingIPs: opts.IPs, Clock: opts.Clock, Metrics: opts.Metrics, Log: c.log,
+		Services:    append([]func(grpc.ServiceRegistrar){svc.Register}, opts.Services...),
+		GRPCOptions: opts.GRPCOptions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("trust: CA: %w", err)
@@ -130,6 +142,13 @@ func New(ctx context.Context, opts Options) (*CA, error) {
 	c.server, c.keys, c.trust = srv, keys, svc
 	c.log.Info("workload CA ready", "keys", keys.Current().Source(), "trustDomain", opts.TrustDomain)
 	return c, nil
+}
+
+// DefaultDNSNames are the CA's serving names in namespace ns when none are
+// configured: istiod.<ns>.svc, istio-agent's default CA address, and
+// meshfed-hub.<ns>.svc, the hub's own Service.
+func DefaultDNSNames(ns string) []string {
+	return []string{"istiod." + ns + ".svc", "meshfed-hub." + ns + ".svc"}
 }
 
 // Spokes returns the trust-bundle service, whose streams are the spokes'

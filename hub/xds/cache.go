@@ -26,32 +26,51 @@ import (
 type groupCache struct {
 	shared  map[string]*cachev3.LinearCache // by type URL: LDS, RDS, CDS; fixed at construction
 	metrics *metrics
+	opts    xdsgen.Options
 
 	// services returns the registry's services, to fill a new group's
 	// cache. It is called with mu held, so a push cannot interleave.
 	services func() []*model.MergedService
 
-	// mu guards planner, eds, streams and members: every planned change and
-	// every group created or freed, so that what the planner records as
-	// written always matches the set of caches.
+	// mu guards planner, eds, streams, members and the Envoy state: every
+	// planned change and every group or sidecar created or freed, so that
+	// what the planner records as written always matches the set of caches.
 	mu      sync.Mutex
 	planner *xdsgen.Planner
 	eds     map[xdsgen.ProxyGroup]*cachev3.LinearCache // load assignments of each held group
-	streams map[streamKey]xdsgen.ProxyGroup            // the group each open stream is attached to
+	streams map[streamKey]attachment                   // what each open stream is attached to
 	members map[xdsgen.ProxyGroup]int                  // open streams per group (never 0)
+
+	// Envoy sidecars: their shared routes (named by port), and per node
+	// ID their own listeners and clusters (see sidecar).
+	envoyRoutes *written
+	sidecars    map[string]*sidecar
+
+	// debug answers Istio's debug types (istioctl); set once, by New.
+	debug *debugTypes
+}
+
+// attachment is what one stream holds: its proxy group's load assignments
+// and, for an Envoy sidecar, its node's state.
+type attachment struct {
+	group   xdsgen.ProxyGroup
+	sidecar string // node ID of an Envoy stream; "" for proxyless gRPC
 }
 
 var _ cachev3.Cache = (*groupCache)(nil)
 
 func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, m *metrics) *groupCache {
 	c := &groupCache{
-		shared:   map[string]*cachev3.LinearCache{},
-		metrics:  m,
-		services: services,
-		planner:  xdsgen.NewPlanner(opts),
-		eds:      map[xdsgen.ProxyGroup]*cachev3.LinearCache{},
-		streams:  map[streamKey]xdsgen.ProxyGroup{},
-		members:  map[xdsgen.ProxyGroup]int{},
+		shared:      map[string]*cachev3.LinearCache{},
+		metrics:     m,
+		opts:        opts,
+		services:    services,
+		planner:     xdsgen.NewPlanner(opts),
+		eds:         map[xdsgen.ProxyGroup]*cachev3.LinearCache{},
+		streams:     map[streamKey]attachment{},
+		members:     map[xdsgen.ProxyGroup]int{},
+		envoyRoutes: newWritten(resourcev3.RouteType, nil),
+		sidecars:    map[string]*sidecar{},
 	}
 	for _, t := range xdsgen.SharedTypes {
 		c.shared[t] = cachev3.NewLinearCache(t)
@@ -86,6 +105,26 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	for g, ch := range p.Groups {
 		out = append(out, write{typeURL: resourcev3.EndpointType, cache: c.eds[g], Changes: ch})
 	}
+	return append(out, c.planSidecarsLocked()...)
+}
+
+// planSidecarsLocked regenerates what Envoy sidecars get and returns the
+// writes that bring their caches up to date. Unlike the proxyless plan it
+// regenerates from every service, whichever changed: a sidecar's
+// listeners and clusters are few resources built from all services, and
+// its inbound side follows endpoints of any service.
+func (c *groupCache) planSidecarsLocked() []write {
+	if len(c.sidecars) == 0 {
+		return nil
+	}
+	services := c.services()
+	var out []write
+	if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.opts)); ok {
+		out = append(out, w)
+	}
+	for _, sc := range c.sidecars {
+		out = append(out, sc.replan(services, c.opts)...)
+	}
 	return out
 }
 
@@ -93,10 +132,35 @@ func (c *groupCache) pick(typeURL string, node *corev3.Node) (*cachev3.LinearCac
 	if typeURL == resourcev3.EndpointType {
 		return c.group(ProxyGroupOf(node)), nil
 	}
+	if isEnvoy(node) {
+		return c.pickSidecar(typeURL, node)
+	}
 	if lc, ok := c.shared[typeURL]; ok {
 		return lc, nil
 	}
 	return nil, fmt.Errorf("xds: type %q is not served", typeURL)
+}
+
+// pickSidecar returns the cache of typeURL for an Envoy node: the shared
+// Envoy routes, or the node's own listeners and clusters. The node's
+// stream is attached already (see attach).
+func (c *groupCache) pickSidecar(typeURL string, node *corev3.Node) (*cachev3.LinearCache, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if typeURL == resourcev3.RouteType {
+		return c.envoyRoutes.lc, nil
+	}
+	sc := c.sidecars[node.GetId()]
+	if sc == nil {
+		return nil, fmt.Errorf("xds: no open stream of Envoy node %q", node.GetId())
+	}
+	if sc.err != nil {
+		return nil, sc.err
+	}
+	if w, ok := sc.caches[typeURL]; ok {
+		return w.lc, nil
+	}
+	return nil, fmt.Errorf("xds: type %q is not served to Envoy sidecars", typeURL)
 }
 
 // group returns the load-assignment cache of g, creating and filling it
@@ -122,17 +186,45 @@ func (c *groupCache) group(g xdsgen.ProxyGroup) *cachev3.LinearCache {
 // group: Delta requests after the first may omit the node, and the Delta
 // stream server fills it in only after the request callback.
 func (c *groupCache) attach(k streamKey, node *corev3.Node) {
-	g := ProxyGroupOf(node)
+	a := attachment{group: ProxyGroupOf(node)}
+	if isEnvoy(node) {
+		a.sidecar = node.GetId()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cur, ok := c.streams[k]; ok {
-		if cur == g || node == nil {
+		if cur == a || node == nil {
 			return
 		}
 		c.detachLocked(k)
 	}
-	c.streams[k] = g
-	c.members[g]++
+	c.streams[k] = a
+	c.members[a.group]++
+	if a.sidecar != "" {
+		c.attachSidecarLocked(a.sidecar, node)
+	}
+}
+
+// attachSidecarLocked counts one more stream of the Envoy node, building
+// its state when it is the first. The first sidecar of all also brings the
+// shared Envoy routes up to date, which no push maintains while there is
+// no sidecar.
+func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node) {
+	if sc := c.sidecars[id]; sc != nil {
+		sc.members++
+		return
+	}
+	services := c.services()
+	if len(c.sidecars) == 0 {
+		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.opts)); ok {
+			// Updating only fails for a nil resource.
+			_ = w.cache.UpdateResources(w.Upsert, w.Delete)
+		}
+	}
+	sc := newSidecar(node, services, c.opts)
+	sc.members = 1
+	c.sidecars[id] = sc
+	c.metrics.sidecars.Set(float64(len(c.sidecars)))
 }
 
 // detach forgets stream k, freeing its group when k was the group's last
@@ -145,11 +237,18 @@ func (c *groupCache) detach(k streamKey) {
 
 // detachLocked is detach with mu held.
 func (c *groupCache) detachLocked(k streamKey) {
-	g, ok := c.streams[k]
+	a, ok := c.streams[k]
 	if !ok {
 		return
 	}
 	delete(c.streams, k)
+	if sc := c.sidecars[a.sidecar]; sc != nil {
+		if sc.members--; sc.members == 0 {
+			delete(c.sidecars, a.sidecar)
+			c.metrics.sidecars.Set(float64(len(c.sidecars)))
+		}
+	}
+	g := a.group
 	if c.members[g]--; c.members[g] > 0 {
 		return
 	}
@@ -167,6 +266,7 @@ type heldGroups struct {
 	members  int // groups with an attached stream
 	planned  int // groups the planner tracks
 	memoized int // groups the generation cache memoizes assignments for
+	sidecars int // Envoy nodes with their own caches
 }
 
 // held reports what the cache holds for proxy groups; every count falls to
@@ -180,6 +280,7 @@ func (c *groupCache) held() heldGroups {
 		members:  len(c.members),
 		planned:  len(c.planner.Groups()),
 		memoized: c.planner.MemoizedGroups(),
+		sidecars: len(c.sidecars),
 	}
 }
 
@@ -202,6 +303,9 @@ func (c *groupCache) addInbound(typeURL string, lc *cachev3.LinearCache, sub cac
 }
 
 func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, out chan cachev3.Response) (func(), error) {
+	if IsDebugType(req.GetTypeUrl()) {
+		return c.debug.CreateWatch(req, sub, out)
+	}
 	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
 		return nil, err
@@ -211,6 +315,9 @@ func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 }
 
 func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, out chan cachev3.DeltaResponse) (func(), error) {
+	if IsDebugType(req.GetTypeUrl()) {
+		return c.debug.CreateDeltaWatch(req, sub, out)
+	}
 	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
 		return nil, err

@@ -31,6 +31,25 @@
 // (one small resource per server address ever seen). With Options.Security
 // (the hub's --xds-mtls) clusters and inbound listeners carry mTLS.
 //
+// Envoy sidecars (a node whose user_agent_name is "envoy" and whose
+// metadata does not say GENERATOR=grpc) get Istio-shaped resources from
+// xdsgen's sidecar generator. Their routes (named by port) are shared by
+// every sidecar; their listeners and clusters live in caches of their own
+// node ID (see sidecar), because they carry the inbound side of the pod
+// (the ports it serves, found by the pod IP of the node ID among the
+// endpoints of its cluster) and, without interception, its address. Load
+// assignments are the proxy group's, as for proxyless clients: the two
+// kinds get the same bytes for the same group, so they share the cache.
+// A sidecar's state is freed when its node's last stream closes
+// (meshfed_xds_envoy_sidecars counts those held). A push regenerates
+// every held sidecar's listeners and clusters from all services.
+//
+// Istio's debug types (istio.io/debug/..., see syncz.go) are answered from
+// the fleet-wide StatusSource, as istiod answers istioctl proxy-status:
+// istio.io/debug/syncz is one envoy.service.status.v3.ClientConfig per
+// proxy of every replica. Streams that ask only for debug types are tools,
+// not proxies: the StatusTracker does not list them.
+//
 // A LinearCache answers a request that accepted no version at once, so a
 // proxy that NACKs its first response would be sent it again in a tight
 // loop; nackBackoff holds back the answer to each NACK in a row a little

@@ -6,6 +6,7 @@ type metrics struct {
 	proxies      prometheus.Gauge
 	groups       prometheus.Gauge
 	groupsBuilt  prometheus.Counter
+	sidecars     prometheus.Gauge
 	pushes       *prometheus.CounterVec
 	nacks        *prometheus.CounterVec
 	pushDuration prometheus.Histogram
@@ -25,6 +26,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meshfed_xds_proxy_groups_total",
 			Help: "Proxy groups (cluster and region) for which load assignments were built; a group built again after its last proxy left counts again.",
 		}),
+		sidecars: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshfed_xds_envoy_sidecars",
+			Help: "Envoy sidecars (node IDs) with an open stream, whose listeners and clusters this replica holds.",
+		}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_xds_pushes_total",
 			Help: "Cache updates that changed resources, by xDS type.",
@@ -40,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.pushes, m.nacks, m.pushDuration)
+		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.pushes, m.nacks, m.pushDuration)
 	}
 	return m
 }

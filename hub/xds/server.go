@@ -34,7 +34,9 @@ type Registry interface {
 
 // Options configure a Server.
 type Options struct {
-	// Addr is the plaintext ADS listen address, e.g. ":15010".
+	// Addr is the plaintext ADS listen address, e.g. ":15010"; empty
+	// serves no plaintext port. Streams there are not authenticated: any
+	// client that reaches it reads the mesh (in-cluster and test use).
 	Addr     string
 	Registry Registry
 	Log      logr.Logger
@@ -65,6 +67,10 @@ type Options struct {
 	// StatusSource is what CSDS answers from; nil means the tracker, that
 	// is this replica's proxies only.
 	StatusSource StatusSource
+	// Authn authenticates the streams of the services RegisterAuthenticated
+	// puts on another gRPC server (the CA's TLS port). The plaintext port
+	// does not use it.
+	Authn Authn
 }
 
 // genOptions are the xdsgen options of these server options.
@@ -81,8 +87,14 @@ type Server struct {
 	status  *StatusTracker
 	nacks   *nackBackoff
 	csds    *csdsServer
-	ready   chan struct{}
-	addr    net.Addr
+	authn   *authenticator
+	// xds is the one stream server of every port, so that stream IDs
+	// (the keys of status, NACK backoff and groups) are unique across
+	// ports. It lives until stop, called when Run ends.
+	xds   serverv3.Server
+	stop  context.CancelFunc
+	ready chan struct{}
+	addr  net.Addr
 }
 
 // New returns a Server; Run serves it.
@@ -108,33 +120,71 @@ func New(opts Options) *Server {
 	}
 	s.csds = newCSDS(src)
 	s.cache = newGroupCache(opts.genOptions(), func() []*model.MergedService { return s.opts.Registry.Services() }, s.metrics)
+	s.cache.debug = newDebugTypes(src, opts.Replica)
+	s.authn = newAuthenticator(opts.Authn, clk, opts.Log.WithName("authn"), opts.Metrics)
+	// The stream server's context ends streams when Run ends; New starts
+	// no goroutine, so an unrun Server holds nothing.
+	ctx, stop := context.WithCancel(context.Background())
+	s.xds, s.stop = serverv3.NewServer(ctx, s.cache, s.callbacks()), stop
 	return s
+}
+
+// RegisterAuthenticated registers ADS (SotW and Delta) and CSDS on r, a
+// gRPC server with TLS whose client certificates are not verified by the
+// handshake (the CA's, see ca.Server.TLSConfig): each stream is
+// authenticated by Options.Authn and held against its node at its first
+// request, each CSDS call authenticated. Streams are served by the same
+// stream server and caches as the plaintext port's, and end when Run ends.
+// r's server should carry GRPCOptions.
+func (s *Server) RegisterAuthenticated(r grpc.ServiceRegistrar) {
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r, authenticatedADS{inner: s.xds})
+	statusv3.RegisterClientStatusDiscoveryServiceServer(r, authenticatedCSDS{inner: s.csds, authn: s.authn})
+}
+
+// GRPCOptions are the server options xDS streams need: a keepalive policy
+// that lets proxies ping (pilot-agent and Envoy keep their control-plane
+// connection alive with pings that grpc-go's default policy punishes),
+// and room for large requests (a NACK's error, a Delta subscription of
+// thousands of names).
+func GRPCOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(1 << 20),
+		grpc.MaxRecvMsgSize(4 << 20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
+	}
 }
 
 // Status returns the tracker of this replica's proxies' sync status.
 func (s *Server) Status() *StatusTracker { return s.status }
 
-// Addr returns the address the server listens on, once Run has bound it.
+// Addr returns the address the plaintext port listens on, once Run has
+// bound it; nil when Options.Addr is empty.
 func (s *Server) Addr() net.Addr {
 	<-s.ready
 	return s.addr
 }
 
-// Run serves ADS and pushes registry changes until ctx ends.
+// Run pushes registry changes until ctx ends, and serves the plaintext
+// port unless Options.Addr is empty. The streams of every port end with it.
 func (s *Server) Run(ctx context.Context) error {
+	defer s.stop()
+	if s.opts.Addr == "" {
+		close(s.ready)
+		s.pushAll()
+		s.opts.Log.Info("no plaintext xDS port")
+		s.pushLoop(ctx)
+		return nil
+	}
 	lis, err := net.Listen("tcp", s.opts.Addr)
 	if err != nil {
+		close(s.ready)
 		return fmt.Errorf("xds: %w", err)
 	}
 	s.addr = lis.Addr()
 	close(s.ready)
-	gs := grpc.NewServer(
-		grpc.MaxConcurrentStreams(1<<20),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
-	)
-	xs := serverv3.NewServer(ctx, s.cache, s.callbacks())
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, xs)
+	gs := grpc.NewServer(GRPCOptions()...)
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, s.xds)
 	statusv3.RegisterClientStatusDiscoveryServiceServer(gs, s.csds)
 
 	s.pushAll()
@@ -144,7 +194,9 @@ func (s *Server) Run(ctx context.Context) error {
 	s.opts.Log.Info("serving xDS", "addr", s.addr.String())
 	select {
 	case <-ctx.Done():
-		// Streams end with ctx; give in-flight responses a moment, then cut.
+		// Streams end with the stream server's context; give in-flight
+		// responses a moment, then cut.
+		s.stop()
 		stopped := make(chan struct{})
 		go func() { gs.GracefulStop(); close(stopped) }()
 		select {
@@ -226,29 +278,34 @@ func (s *Server) onRequest(k streamKey, node, typeURL, nackMsg string, nack bool
 
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
+		// The stream server calls the closed callback even when the open
+		// one fails, so the bookkeeping comes first and authentication
+		// (which refuses streams without credentials) last.
 		StreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
 			s.metrics.proxies.Inc()
 			s.status.StreamOpened(false, id)
 			s.nacks.opened(ctx, streamKey{false, id})
-			return nil
+			return s.authn.opened(ctx, streamKey{false, id})
 		},
 		StreamClosedFunc: func(id int64, _ *corev3.Node) {
 			s.metrics.proxies.Dec()
 			s.status.StreamClosed(false, id)
 			s.nacks.closed(streamKey{false, id})
 			s.cache.detach(streamKey{false, id})
+			s.authn.closed(streamKey{false, id})
 		},
 		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
 			s.metrics.proxies.Inc()
 			s.status.StreamOpened(true, id)
 			s.nacks.opened(ctx, streamKey{true, id})
-			return nil
+			return s.authn.opened(ctx, streamKey{true, id})
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
 			s.metrics.proxies.Dec()
 			s.status.StreamClosed(true, id)
 			s.nacks.closed(streamKey{true, id})
 			s.cache.detach(streamKey{true, id})
+			s.authn.closed(streamKey{true, id})
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			s.status.OnResponse(id, resp)
@@ -258,13 +315,20 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
 			// The stream server calls this before it creates the
-			// request's watch (the group's cache).
+			// request's watch (the group's cache); a stream refused here
+			// gets nothing.
+			if err := s.authn.request(streamKey{false, id}, req.GetNode()); err != nil {
+				return err
+			}
 			s.cache.attach(streamKey{false, id}, req.GetNode())
 			s.status.OnRequest(id, req)
 			s.onRequest(streamKey{false, id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 			return nil
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+			if err := s.authn.request(streamKey{true, id}, req.GetNode()); err != nil {
+				return err
+			}
 			s.cache.attach(streamKey{true, id}, req.GetNode())
 			s.status.OnDeltaRequest(id, req)
 			s.onRequest(streamKey{true, id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)

@@ -208,7 +208,9 @@ func (t *StatusTracker) OnDeltaResponse(id int64, resp *discoveryv3.DeltaDiscove
 }
 
 func (t *StatusTracker) request(k streamKey, node *corev3.Node, typeURL, version, nonce string, nack *status.Status) {
-	if typeURL == "" {
+	// Istio's debug types are asked for by tools (istioctl), not proxies:
+	// a stream that asks only for them is never listed as a proxy.
+	if typeURL == "" || IsDebugType(typeURL) {
 		return
 	}
 	now := t.clk.Now()
@@ -268,6 +270,9 @@ func (t *StatusTracker) request(k streamKey, node *corev3.Node, typeURL, version
 }
 
 func (t *StatusTracker) response(k streamKey, typeURL, version, nonce string) {
+	if IsDebugType(typeURL) {
+		return
+	}
 	now := t.clk.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()

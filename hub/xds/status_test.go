@@ -382,3 +382,20 @@ func BenchmarkTracker10k(b *testing.B) {
 		tr.TakeChanges()
 	}
 }
+
+// TestTrackerSkipsDebugClients: a stream that asks only for Istio's debug
+// types (istioctl's) is a tool, not a proxy, and gets no record.
+func TestTrackerSkipsDebugClients(t *testing.T) {
+	s := newTrackerScript(t)
+	s.tr.StreamOpened(false, 1)
+	s.req(1, testNode("sidecar~10.0.0.9~test-1.default~default.svc.cluster.local", "c1"), DebugSynczType, "", "n0")
+	s.resp(1, DebugSynczType, "", "n1")
+	if rs := s.tr.Records(); len(rs) != 0 {
+		t.Fatalf("istioctl's stream is listed: %+v", rs)
+	}
+	// The stream server repeats the stream's first node in later requests.
+	s.req(1, testNode("sidecar~10.0.0.9~test-1.default~default.svc.cluster.local", "c1"), resourcev3.ClusterType, "", "")
+	if r := s.only(); r.Status("cds") != proxystatus.StatusNotSent {
+		t.Fatalf("a proxy type on the same stream: %+v", r)
+	}
+}

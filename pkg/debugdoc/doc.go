@@ -10,6 +10,7 @@
 //	/debug/trustz        Trustz: the federated trust bundle, each root with its PEM
 //	/debug/spokez        Spokez: every spoke of the fleet and the replicas holding its streams
 //	/debug/proxystatusz  proxystatus.JSONDocument: every proxy's sync status
+//	/debug/clusterz      Clusterz: the remote clusters in istiod's shape, for istioctl remote-clusters
 //
 // A hub without federation serves no federationz, and one without the CA no
 // trustz or spokez (404): readers treat those as optional.

@@ -12,6 +12,7 @@ const (
 	TrustzName      = "trustz"
 	SpokezName      = "spokez"
 	ProxyStatusName = "proxystatusz"
+	ClusterzName    = "clusterz"
 )
 
 // Paths of the documents.
@@ -21,4 +22,5 @@ const (
 	TrustzPath      = Prefix + TrustzName
 	SpokezPath      = Prefix + SpokezName
 	ProxyStatusPath = Prefix + ProxyStatusName
+	ClusterzPath    = Prefix + ClusterzName
 )

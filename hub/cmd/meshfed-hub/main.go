@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/meshfed/meshfed/hub"
+	"github.com/meshfed/meshfed/pkg/model"
 )
 
 func main() {
@@ -24,7 +26,7 @@ func main() {
 	fs := flag.NewFlagSet("meshfed-hub", flag.ExitOnError)
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig of the config cluster; in-cluster config when empty")
 	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the remote secrets")
-	fs.StringVar(&opts.XDSAddr, "xds-addr", opts.XDSAddr, "plaintext ADS listen address")
+	fs.StringVar(&opts.XDSAddr, "xds-addr", opts.XDSAddr, "plaintext, unauthenticated ADS and CSDS listen address (in-cluster and test use); empty turns it off")
 	fs.BoolVar(&opts.XDSMTLS, "xds-mtls", opts.XDSMTLS, "send mTLS in xDS (clusters, inbound listeners); proxies need certificate provider \"default\" in their bootstrap")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of /metrics, /healthz, /readyz and /debug/")
 	fs.StringVar(&opts.ReplicaID, "replica-id", hostname(), "name of this hub replica")
@@ -41,7 +43,18 @@ func main() {
 	fs.StringVar(&opts.PeerTLSKey, "peer-tls-key", "", "PEM key for --peer-tls-cert")
 	fs.StringVar(&opts.PeerTLSCA, "peer-tls-ca", "", "PEM CA bundle that peer certificates must chain to")
 	fs.IntVar(&opts.WatchReplicas, "watch-replicas", opts.WatchReplicas, "how many live replicas watch each remote cluster")
-	fs.StringVar(&opts.CAAddr, "ca-addr", opts.CAAddr, "TLS listen address of the workload certificate API (Istio's CreateCertificate); empty disables the CA")
+	fs.StringVar(&opts.CAAddr, "ca-addr", opts.CAAddr, "TLS listen address of the workload certificate API (Istio's CreateCertificate) and of authenticated ADS and CSDS, like istiod's 15012; empty disables both")
+	fs.Func("xds-san", "another DNS name or IP of the --ca-addr serving certificate, as proxies dial it (repeatable)", func(v string) error {
+		if v = strings.TrimSpace(v); v == "" {
+			return errors.New("empty name")
+		}
+		opts.XDSSANs = append(opts.XDSSANs, v)
+		return nil
+	})
+	fs.Func("config-cluster-id", "cluster ID of the config cluster, which reviews the token of an xDS caller that names no cluster (istioctl); a remote cluster of that ID is asked instead (default \""+string(opts.ConfigClusterID)+"\")", func(v string) error {
+		opts.ConfigClusterID = model.ClusterID(strings.TrimSpace(v))
+		return nil
+	})
 	fs.Var(&opts.TrustDomain, "trust-domain", "SPIFFE trust domain of workload certificates")
 	caAudience := fs.String("ca-audience", strings.Join(opts.CAAudiences, ","), "comma-separated token audiences the CA accepts")
 	fs.DurationVar(&opts.WorkloadCertTTL, "workload-cert-ttl", opts.WorkloadCertTTL, "lifetime of a workload certificate whose request names none")

@@ -1,0 +1,179 @@
+package xds
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
+)
+
+// envoyUserAgent is the user_agent_name Envoy puts in its node.
+const envoyUserAgent = "envoy"
+
+// isEnvoy reports whether node is an Envoy proxy (Istio's sidecar data
+// plane, run by pilot-agent) rather than a proxyless gRPC client. Envoy
+// names itself in user_agent_name; proxyless clients bootstrapped by
+// Istio's agent also say GENERATOR=grpc, which wins.
+func isEnvoy(node *corev3.Node) bool {
+	return node.GetUserAgentName() == envoyUserAgent &&
+		xdsnode.MetadataOf(node.GetMetadata()).Generator != xdsnode.GeneratorGRPC
+}
+
+// sidecarOf reads from an Envoy node what the generator needs: the pod's
+// IP (the node ID's second field, else the first of INSTANCE_IPS), its
+// namespace (metadata NAMESPACE, else the node ID's) and how its traffic
+// reaches Envoy (INTERCEPTION_MODE, REDIRECT when unset).
+func sidecarOf(node *corev3.Node) (xdsgen.Sidecar, model.ClusterID, error) {
+	id, err := xdsnode.ParseID(node.GetId())
+	if err != nil {
+		return xdsgen.Sidecar{}, "", fmt.Errorf("xds: Envoy node: %w", err)
+	}
+	md := xdsnode.MetadataOf(node.GetMetadata())
+	ipText := id.IP
+	if ipText == "" {
+		ipText, _, _ = strings.Cut(md.InstanceIPs, ",")
+	}
+	ip, err := netip.ParseAddr(ipText)
+	if err != nil {
+		return xdsgen.Sidecar{}, "", fmt.Errorf("xds: Envoy node %q has no usable IP (node ID or %s): %w",
+			node.GetId(), xdsnode.MetadataInstanceIPs, err)
+	}
+	sc := xdsgen.Sidecar{IP: ip, Namespace: md.Namespace, Interception: xdsgen.InterceptRedirect}
+	if sc.Namespace == "" {
+		sc.Namespace = id.Namespace
+	}
+	switch m := xdsgen.Interception(md.InterceptionMode); m {
+	case "":
+	case xdsgen.InterceptRedirect, xdsgen.InterceptTProxy, xdsgen.InterceptNone:
+		sc.Interception = m
+	default:
+		return xdsgen.Sidecar{}, "", fmt.Errorf("xds: Envoy node %q: unknown %s %q (want %s, %s or %s)",
+			node.GetId(), xdsnode.MetadataInterceptionMode, m,
+			xdsgen.InterceptRedirect, xdsgen.InterceptTProxy, xdsgen.InterceptNone)
+	}
+	return sc, xdsnode.ClusterOf(node.GetMetadata()), nil
+}
+
+// sidecarTypes are the types an Envoy sidecar gets from caches of its own:
+// its listeners and clusters include its inbound side, which depends on
+// the ports its pod serves (and, without interception, on its address).
+var sidecarTypes = []string{resourcev3.ListenerType, resourcev3.ClusterType}
+
+// sidecar is the hub's state for one Envoy proxy (one node ID), held while
+// one of its streams is open.
+type sidecar struct {
+	proxy   xdsgen.Sidecar // Inbound as last generated
+	cluster model.ClusterID
+	err     error // a node the hub cannot serve; its watches fail with it
+	members int   // open streams of the node
+	caches  map[string]*written
+}
+
+// written is one LinearCache and the resources last written to it, so that
+// a push writes only what changed.
+type written struct {
+	lc   *cachev3.LinearCache
+	last map[string]types.Resource
+}
+
+func newWritten(typeURL string, res []types.Resource) *written {
+	w := &written{last: byName(res)}
+	w.lc = cachev3.NewLinearCache(typeURL, cachev3.WithInitialResources(w.last))
+	return w
+}
+
+// diff returns the write that turns what w holds into next, and records
+// next as written. Resources equal to those written are left out.
+func (w *written) diff(typeURL string, next []types.Resource) (write, bool) {
+	want := byName(next)
+	out := write{typeURL: typeURL, cache: w.lc, Changes: xdsgen.Changes{Upsert: map[string]types.Resource{}}}
+	for name, r := range want {
+		if old, ok := w.last[name]; !ok || !proto.Equal(old, r) {
+			out.Upsert[name] = r
+		}
+	}
+	for name := range w.last {
+		if _, ok := want[name]; !ok {
+			out.Delete = append(out.Delete, name)
+		}
+	}
+	sort.Strings(out.Delete)
+	w.last = want
+	return out, !out.Empty()
+}
+
+func byName(res []types.Resource) map[string]types.Resource {
+	m := make(map[string]types.Resource, len(res))
+	for _, r := range res {
+		m[cachev3.GetResourceName(r)] = r
+	}
+	return m
+}
+
+// sidecarResources generates what sc gets of typeURL from services.
+func sidecarResources(typeURL string, services []*model.MergedService, sc xdsgen.Sidecar, opts xdsgen.Options) []types.Resource {
+	var out []types.Resource
+	switch typeURL {
+	case resourcev3.ListenerType:
+		for _, l := range xdsgen.SidecarListeners(services, sc, opts) {
+			out = append(out, l)
+		}
+	case resourcev3.ClusterType:
+		for _, c := range xdsgen.SidecarClusters(services, sc, opts) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// envoyRoutes generates the route configurations every Envoy sidecar
+// shares (named by port).
+func envoyRoutes(services []*model.MergedService, opts xdsgen.Options) []types.Resource {
+	rs := xdsgen.SidecarRoutes(services, opts)
+	out := make([]types.Resource, len(rs))
+	for i, r := range rs {
+		out[i] = r
+	}
+	return out
+}
+
+// newSidecar builds the state of the Envoy node, its caches filled from
+// services.
+func newSidecar(node *corev3.Node, services []*model.MergedService, opts xdsgen.Options) *sidecar {
+	sc, cluster, err := sidecarOf(node)
+	s := &sidecar{proxy: sc, cluster: cluster, err: err, caches: map[string]*written{}}
+	if err != nil {
+		return s
+	}
+	s.proxy.Inbound = xdsgen.SidecarInbound(services, cluster, sc.IP)
+	for _, t := range sidecarTypes {
+		s.caches[t] = newWritten(t, sidecarResources(t, services, s.proxy, opts))
+	}
+	return s
+}
+
+// replan regenerates the sidecar's resources from services and returns
+// the writes that bring its caches up to date.
+func (s *sidecar) replan(services []*model.MergedService, opts xdsgen.Options) []write {
+	if s.err != nil {
+		return nil
+	}
+	s.proxy.Inbound = xdsgen.SidecarInbound(services, s.cluster, s.proxy.IP)
+	var out []write
+	for _, t := range sidecarTypes {
+		if w, ok := s.caches[t].diff(t, sidecarResources(t, services, s.proxy, opts)); ok {
+			out = append(out, w)
+		}
+	}
+	return out
+}

@@ -1,0 +1,175 @@
+package xds
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/pkg/model"
+	waitutil "github.com/meshfed/meshfed/pkg/testutil"
+	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
+)
+
+// envoyNode is the node pilot-agent's Envoy sends for pod <pod>.demo at ip
+// in cluster c, with the given interception mode.
+func envoyNode(ip, pod string, c model.ClusterID, interception string) *corev3.Node {
+	return &corev3.Node{
+		Id:            xdsnode.SidecarID(ip, pod, "demo", "cluster.local"),
+		UserAgentName: "envoy",
+		Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			xdsnode.MetadataClusterID:        structpb.NewStringValue(string(c)),
+			xdsnode.MetadataNamespace:        structpb.NewStringValue("demo"),
+			xdsnode.MetadataInterceptionMode: structpb.NewStringValue(interception),
+		}},
+	}
+}
+
+// resourceNames returns the sorted names of the resources of r.
+func resourceNames(t *testing.T, r *discoveryv3.DiscoveryResponse) []string {
+	t.Helper()
+	var out []string
+	for _, a := range r.GetResources() {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatalf("response of %s: %v", r.GetTypeUrl(), err)
+		}
+		out = append(out, cachev3.GetResourceName(m))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// recvType reads responses, ACKing each, until one of typeURL arrives.
+// Listeners and clusters are ACKed as wildcard subscriptions, other types
+// with the names the response holds (what the client subscribed to).
+func (a *adsClient) recvType(typeURL string) *discoveryv3.DiscoveryResponse {
+	a.t.Helper()
+	for {
+		r := a.recv()
+		var subscribed []string
+		if t := r.GetTypeUrl(); t != resourcev3.ListenerType && t != resourcev3.ClusterType {
+			subscribed = resourceNames(a.t, r)
+		}
+		a.request(r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce(), subscribed...)
+		if r.GetTypeUrl() == typeURL {
+			return r
+		}
+	}
+}
+
+// names returns the sorted names of generated resources.
+func names[R types.Resource](rs []R) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = cachev3.GetResourceName(r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestEnvoySidecar: an Envoy node gets Istio-shaped listeners and clusters
+// of its own, with the inbound side of the pod it runs in (found by its IP
+// among the endpoints of its cluster), and shared routes named by port;
+// a proxyless client of the same server keeps its own resources. When the
+// pod stops being an endpoint, its inbound side is withdrawn; when its
+// stream closes, its state is freed.
+func TestEnvoySidecar(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.0.0.5", "10.0.0.6")); err != nil {
+		t.Fatal(err)
+	}
+	s := runServer(t, Options{Registry: st})
+	addr := s.Addr().String()
+
+	envoy := newADS(t, addr, "c1", "r1")
+	envoy.node = envoyNode("10.0.0.5", "echo-1", "c1", "NONE")
+	want := xdsgen.Sidecar{
+		IP: netip.MustParseAddr("10.0.0.5"), Namespace: "demo", Interception: xdsgen.InterceptNone,
+		Inbound: []xdsgen.InboundPort{{Port: 9000, Protocol: model.ProtocolGRPC}},
+	}
+	services := st.Services()
+	wantListeners := names(xdsgen.SidecarListeners(services, want, xdsgen.Options{}))
+	wantClusters := names(xdsgen.SidecarClusters(services, want, xdsgen.Options{}))
+	if got := resourceNames(t, envoy.subscribe(resourcev3.ListenerType)); !slices.Equal(got, wantListeners) {
+		t.Errorf("Envoy listeners %v, want %v", got, wantListeners)
+	}
+	if got := resourceNames(t, envoy.subscribe(resourcev3.ClusterType)); !slices.Equal(got, wantClusters) {
+		t.Errorf("Envoy clusters %v, want %v", got, wantClusters)
+	}
+	if !slices.Contains(wantClusters, "inbound|9000||") || !slices.Contains(wantClusters, xdsgen.ClusterName(echo, 8080)) {
+		t.Fatalf("generator gave clusters %v: want the pod's inbound and the service's outbound", wantClusters)
+	}
+	if got := resourceNames(t, envoy.subscribe(resourcev3.RouteType, "8080")); !slices.Equal(got, []string{"8080"}) {
+		t.Errorf("Envoy routes %v, want [8080]", got)
+	}
+	if got := resourceNames(t, envoy.subscribe(resourcev3.EndpointType, xdsgen.ClusterName(echo, 8080))); len(got) != 1 {
+		t.Errorf("Envoy load assignments %v, want one", got)
+	}
+
+	grpcClient := newADS(t, addr, "c1", "r1")
+	listener := xdsgen.ListenerName(echo, 8080)
+	if got := resourceNames(t, grpcClient.subscribe(resourcev3.ListenerType, listener)); !slices.Equal(got, []string{listener}) {
+		t.Errorf("proxyless listeners %v, want [%s]", got, listener)
+	}
+
+	// The pod leaves the service: its inbound listener and cluster go.
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.0.0.6")); err != nil {
+		t.Fatal(err)
+	}
+	outbound := want
+	outbound.Inbound = nil
+	wantListeners = names(xdsgen.SidecarListeners(st.Services(), outbound, xdsgen.Options{}))
+	if got := resourceNames(t, envoy.recvType(resourcev3.ListenerType)); !slices.Equal(got, wantListeners) {
+		t.Errorf("after the pod left: Envoy listeners %v, want %v", got, wantListeners)
+	}
+
+	if got := s.cache.held().sidecars; got != 1 {
+		t.Errorf("sidecars held with one Envoy connected: %d", got)
+	}
+	envoy.disconnect()
+	waitutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := s.cache.held().sidecars; n != 0 {
+			return fmt.Errorf("%d sidecars held after the Envoy left", n)
+		}
+		if g := testutil.ToFloat64(s.metrics.sidecars); g != 0 {
+			return fmt.Errorf("meshfed_xds_envoy_sidecars = %v", g)
+		}
+		return nil
+	})
+}
+
+// TestEnvoyNodeRefused: an Envoy node the hub cannot serve (here an
+// interception mode it does not know) has its stream ended with the
+// cause; other proxies are served on.
+func TestEnvoyNodeRefused(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.0.0.5")); err != nil {
+		t.Fatal(err)
+	}
+	addr := runServer(t, Options{Registry: st}).Addr().String()
+	bad := newADS(t, addr, "c1", "r1")
+	bad.node = envoyNode("10.0.0.5", "echo-1", "c1", "SIDEWAYS")
+	bad.request(resourcev3.ListenerType, "", "")
+	_, err := bad.stream.Recv()
+	if err == nil || !strings.Contains(err.Error(), "INTERCEPTION_MODE") || !strings.Contains(err.Error(), "SIDEWAYS") {
+		t.Fatalf("stream of a bad Envoy node ended with %v, want the interception mode named", err)
+	}
+	good := newADS(t, addr, "c1", "r1")
+	good.node = envoyNode("10.0.0.5", "echo-2", "c1", "")
+	if got := resourceNames(t, good.subscribe(resourcev3.ClusterType)); !slices.Contains(got, "inbound|9000||") {
+		t.Errorf("a good Envoy node next to it got clusters %v", got)
+	}
+}
