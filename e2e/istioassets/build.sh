@@ -5,7 +5,10 @@
 #   bash e2e/istioassets/build.sh              # build if needed (no-op when cached)
 #   bash e2e/istioassets/build.sh --print-dir  # print the output dir, don't build
 #
-# Output: <repo>/bin/istio/<version>/{pilot-agent,istioctl,.stamp}
+# Output: <repo>/bin/istio/<version>/{pilot-agent,istioctl,envoy_bootstrap_tmpl.json,.stamp}
+# pilot-agent does not embed Envoy's bootstrap template: Istio's proxy image
+# carries it (/var/lib/istio/envoy/envoy_bootstrap_tmpl.json), so it is
+# copied from the module next to the binaries.
 # The version is istio.io/istio's in the committed go.mod next to this
 # script (bump: go get istio.io/istio@<version> && go mod tidy). Progress goes
 # to stderr; stdout only carries the directory (--print-dir).
@@ -28,7 +31,7 @@ sha256() { if command -v sha256sum >/dev/null 2>&1; then sha256sum; else shasum 
 fingerprint="$(cat "$here/go.mod" "$here/go.sum" | sha256 | awk '{print $1}')"
 stamp="$outdir/.stamp"
 
-if [[ -x "$outdir/pilot-agent" && -x "$outdir/istioctl" && -f "$stamp" ]] &&
+if [[ -x "$outdir/pilot-agent" && -x "$outdir/istioctl" && -f "$outdir/envoy_bootstrap_tmpl.json" && -f "$stamp" ]] &&
    grep -qx "fingerprint=$fingerprint" "$stamp"; then
   echo "istio-assets: up to date at $outdir" >&2
   exit 0
@@ -55,6 +58,8 @@ echo "istio-assets: building pilot-agent and istioctl $version (a cold build tak
 (cd "$here" && go build -ldflags="$ldflags" -o "$tmpdir/" \
    istio.io/istio/pilot/cmd/pilot-agent istio.io/istio/istioctl/cmd/istioctl)
 
+install -m 0644 "$istio_dir/tools/packaging/common/envoy_bootstrap.json" "$tmpdir/envoy_bootstrap_tmpl.json"
+mv -f "$tmpdir/envoy_bootstrap_tmpl.json" "$outdir/envoy_bootstrap_tmpl.json"
 mv -f "$tmpdir/pilot-agent" "$outdir/pilot-agent"
 mv -f "$tmpdir/istioctl" "$outdir/istioctl"
 {

@@ -1,0 +1,154 @@
+//go:build linux
+
+package framework
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// The applications of sidecar Pods: servers of the test process listening
+// inside a Pod (Pod.Listen), so they need no process of their own. Envoy
+// reaches them on the Pod's loopback, as it reaches the app container of
+// a real Pod.
+
+// HTTPEchoHeaderXFCC is the header an Envoy server sidecar adds with the
+// client's certificate identity.
+const HTTPEchoHeaderXFCC = "X-Forwarded-Client-Cert"
+
+// HTTPEchoReply is what an HTTP echo server answers, as JSON.
+type HTTPEchoReply struct {
+	// Identity is the server's, "<cluster>/<pod>".
+	Identity string `json:"identity"`
+	// Host, Path and Proto are the request's as the server saw them.
+	Host  string `json:"host"`
+	Path  string `json:"path"`
+	Proto string `json:"proto"`
+	// XFCC is the request's x-forwarded-client-cert header.
+	XFCC string `json:"xfcc"`
+}
+
+// HTTPEcho is an HTTP/1.1 echo server in a Pod.
+type HTTPEcho struct {
+	srv *http.Server
+	l   net.Listener
+}
+
+// StartHTTPEcho serves HTTPEchoReply on addr (IP literal and port) in pod.
+func StartHTTPEcho(ctx context.Context, pod *Pod, addr, identity string) (*HTTPEcho, error) {
+	l, err := pod.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("framework: http echo %s: %w", identity, err)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(HTTPEchoReply{
+			Identity: identity, Host: r.Host, Path: r.URL.Path, Proto: r.Proto, XFCC: r.Header.Get(HTTPEchoHeaderXFCC),
+		})
+	})
+	e := &HTTPEcho{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, l: l}
+	go func() { _ = e.srv.Serve(l) }()
+	return e, nil
+}
+
+// Addr returns where the server listens (inside its Pod).
+func (e *HTTPEcho) Addr() net.Addr { return e.l.Addr() }
+
+// Close stops the server.
+func (e *HTTPEcho) Close() error { return e.srv.Close() }
+
+// GetHTTPEcho sends GET http://<addr>/ with Host host from inside pod and
+// decodes the reply; a status other than 200 is an error.
+func GetHTTPEcho(ctx context.Context, pod *Pod, addr, host string) (*HTTPEchoReply, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Host = host
+	resp, err := pod.HTTPClient().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("framework: GET %s (Host %s): status %d: %s", addr, host, resp.StatusCode, body)
+	}
+	reply := &HTTPEchoReply{}
+	if err := json.Unmarshal(body, reply); err != nil {
+		return nil, fmt.Errorf("framework: GET %s (Host %s): not an echo reply: %q", addr, host, body)
+	}
+	return reply, nil
+}
+
+// TCPEcho is a raw TCP server in a Pod: on each connection it writes
+// "<identity>\n", then echoes what it reads.
+type TCPEcho struct {
+	l net.Listener
+}
+
+// StartTCPEcho listens on addr (IP literal and port) in pod.
+func StartTCPEcho(ctx context.Context, pod *Pod, addr, identity string) (*TCPEcho, error) {
+	l, err := pod.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("framework: tcp echo %s: %w", identity, err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := io.WriteString(c, identity+"\n"); err != nil {
+					return
+				}
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return &TCPEcho{l: l}, nil
+}
+
+// Addr returns where the server listens (inside its Pod).
+func (e *TCPEcho) Addr() net.Addr { return e.l.Addr() }
+
+// Close stops accepting; open connections end with their clients.
+func (e *TCPEcho) Close() error { return e.l.Close() }
+
+// CallTCPEcho connects to addr from inside pod, sends msg and returns the
+// server's identity line and the echo of msg.
+func CallTCPEcho(ctx context.Context, pod *Pod, addr, msg string) (identity, echo string, err error) {
+	c, err := pod.Dial(ctx, "tcp", addr)
+	if err != nil {
+		return "", "", err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(c, msg); err != nil {
+		return "", "", err
+	}
+	br := bufio.NewReader(c)
+	identity, err = br.ReadString('\n')
+	if err != nil {
+		return "", "", fmt.Errorf("framework: tcp echo %s: identity: %w", addr, err)
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(br, buf); err != nil {
+		return "", "", errors.Join(fmt.Errorf("framework: tcp echo %s: echo", addr), err)
+	}
+	return identity[:len(identity)-1], string(buf), nil
+}
