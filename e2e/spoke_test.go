@@ -364,7 +364,8 @@ func TestSpokeWebhooks(t *testing.T) {
 		proxy := containerNamed(p.Spec.Containers, "istio-proxy")
 		for name, want := range map[string]string{
 			"ISTIO_META_CLUSTER_ID": "cluster-1", "ISTIO_META_NETWORK": "network-1", "TRUST_DOMAIN": "cluster.local",
-			"PROXY_CONFIG": `{"discoveryAddress":"` + absentHub + `"}`, "CA_ADDR": "hub.meshfed.invalid:15012",
+			// Sidecars dial the hub's TLS port for xDS too, as istiod's 15012.
+			"PROXY_CONFIG": `{"discoveryAddress":"hub.meshfed.invalid:15012"}`, "CA_ADDR": "hub.meshfed.invalid:15012",
 		} {
 			if got := envOf(proxy, name); got != want {
 				t.Errorf("istio-proxy %s = %q, want %q", name, got, want)

@@ -118,41 +118,21 @@ func benchConvergence(b *testing.B, remotes, replicas int) {
 		b.Fatal(err)
 	}
 
-	// ready holds the desired ready state of every endpoint, by address.
-	ready := map[netip.AddrPort]bool{}
-	for _, w := range workloads {
-		for _, rep := range w.Replicas() {
-			ready[netip.AddrPortFrom(rep.PodIP, w.TargetPort())] = true
-		}
-	}
-	flipped := netip.AddrPortFrom(changed.Replicas()[0].PodIP, changed.TargetPort())
-	if _, err := awaitAssignment(ctx, watcher, name, time.Time{}, wantReady(ready), settleTimeout); err != nil {
+	flipper := newReadyFlipper(changed, workloads...)
+	if _, err := awaitAssignment(ctx, watcher, name, time.Time{}, flipper.want(), settleTimeout); err != nil {
 		b.Fatalf("initial assignment: %v", err)
 	}
 
 	// flip changes the flipped endpoint's ready condition and returns how
 	// long the apiserver write took and how long until the watcher had it.
 	flip := func() (write, converge time.Duration, err error) {
-		ready[flipped] = !ready[flipped]
-		want := ready[flipped]
-		addr := flipped.Addr().String()
-		start := time.Now()
-		err = changed.UpdateEndpointSlice(ctx, func(es *discoveryv1.EndpointSlice) {
-			for i := range es.Endpoints {
-				if slices.Contains(es.Endpoints[i].Addresses, addr) {
-					r, s := want, want
-					es.Endpoints[i].Conditions.Ready = &r
-					es.Endpoints[i].Conditions.Serving = &s
-				}
-			}
-		})
-		write = time.Since(start)
+		start, write, check, err := flipper.flip(ctx)
 		if err != nil {
 			return 0, 0, err
 		}
-		u, err := awaitAssignment(ctx, watcher, name, start, wantReady(ready), changeTimeout)
+		u, err := awaitAssignment(ctx, watcher, name, start, check, changeTimeout)
 		if err != nil {
-			return 0, 0, fmt.Errorf("change to ready=%v of %s: %w", want, flipped, err)
+			return 0, 0, fmt.Errorf("change to ready=%v of %s: %w", flipper.wantsReady(), flipper.flipped, err)
 		}
 		return write, u.Received.Sub(start), nil
 	}
@@ -706,21 +686,26 @@ func hubMetric(ctx context.Context, hub *framework.Hub, name string) (float64, e
 }
 
 func monitoringGet(ctx context.Context, hub *framework.Hub, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, hub.MonitoringURL()+path, nil)
+	return httpGetBody(ctx, hub.MonitoringURL()+path)
+}
+
+// httpGetBody returns the body of a 200 answer to GET url.
+func httpGetBody(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := monitoringClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", path, err)
+		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", path, err)
+		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: status %d: %s", path, resp.StatusCode, bytes.TrimSpace(body))
+		return nil, fmt.Errorf("GET %s: status %d: %s", url, resp.StatusCode, bytes.TrimSpace(body))
 	}
 	return body, nil
 }

@@ -1,14 +1,18 @@
 // Package bench holds meshfed's end-to-end benchmarks: real kube-apiservers,
-// the built hub binary as a process and raw ADS streams, assembled by the
-// fleet framework (e2e/framework). `make bench` runs them once each:
+// the built hub binary as a process, raw ADS streams and upstream Envoy
+// processes, assembled by the fleet framework (e2e/framework). `make bench`
+// runs them once each:
 //
 //	KUBEBUILDER_ASSETS=$(bash e2e/kubeassets/build.sh --print-dir) \
 //	MESHFED_HUB_BIN=$PWD/bin/meshfed-hub \
+//	MESHFED_ENVOY_BIN=$(bash e2e/envoyassets/install.sh --print-path) \
 //	go test -run '^$' -bench . -benchtime 1x -timeout 60m ./e2e/bench/
 //
-// Without KUBEBUILDER_ASSETS the benchmarks are skipped. Each one starts its
+// Without KUBEBUILDER_ASSETS the benchmarks are skipped; without
+// MESHFED_ENVOY_BIN BenchmarkEnvoyVsProxyless fails. Each one starts its
 // own fleet, so sub-benchmarks printed side by side ran on identical, fresh
-// setups one after the other. The figures are reported with
+// setups one after the other (BenchmarkEnvoyVsProxyless loads one fleet
+// and gives each of its sub-benchmarks a fresh hub on it). The figures are reported with
 // b.ReportMetric and appear on the benchmark line; the framework's ns/op is
 // suppressed because one "op" here is a whole scenario, not a unit of work.
 // The machine these run on is small and shared: compare figures within one
@@ -98,6 +102,57 @@
 // Each b.Loop iteration loads another N endpoints into a new namespace and
 // measures the growth it causes, so -benchtime 2x averages two loads (the
 // second on top of the first); the default of make bench is one.
+//
+// # BenchmarkEnvoyVsProxyless
+//
+// The two kinds of proxies the hub serves, side by side on one fleet: one
+// remote cluster holding echo (2 replicas, as above) and 1,000 other
+// Services of one endpoint each (HTTP on 8080, EndpointSlices written
+// without Pods). Each kind gets a fresh hub and 10 clients, all on the
+// plaintext xDS port, without mTLS (the TLS port's authentication and the
+// SDS secrets are left out):
+//
+//   - kind=proxyless: raw ADS streams (framework.ADSWatcher, SotW) that
+//     subscribe to the load assignments of all 1,001 services, as a
+//     grpc-go client dialing every one of them would;
+//   - kind=envoy: real upstream Envoy 1.40 processes ($MESHFED_ENVOY_BIN;
+//     no pilot-agent, one worker thread, no hot restart, admin on an
+//     ephemeral loopback port) bootstrapped with SotW ADS to the hub, as
+//     Istio sidecar nodes sidecar~127.0.0.X~bench-N.demo~... with
+//     CLUSTER_ID, NAMESPACE and INTERCEPTION_MODE=NONE: each gets the
+//     whole mesh as Istio's listeners, routes, clusters and assignments,
+//     and must ACK every type (no update_rejected).
+//
+// Echo's endpoint is then flipped 5 times unmeasured and 60 times
+// measured, as in BenchmarkEndpointConvergence. The proxyless figure is
+// the first watcher's receipt; the Envoy figure is the first read of the
+// first Envoy's admin /config_dump (dynamic_endpoint_configs, by name)
+// that holds exactly the expected endpoints, read every 2 ms (so it
+// includes up to one read's time, admin-read-p50-ms, and one interval).
+//
+// Metrics (per kind):
+//
+//   - p50-ms, p99-ms: change → the measured client has it (over 60
+//     changes, p99 is the slowest).
+//   - hub-cpu-ms/change: the hub process's CPU (process_cpu_seconds_total,
+//     10 ms ticks, over the whole series) per change, with the 10 clients
+//     connected.
+//   - sync-s, hub-sync-cpu-ms/client: from starting the clients until
+//     all of them hold the whole mesh (for Envoys this includes starting
+//     the processes), and the hub's CPU for it per client.
+//   - hub-heap-MiB, hub-heap-KiB/client: the hub's HeapAlloc after a
+//     forced GC (as in BenchmarkHubHeapPerEndpoint) with the clients
+//     connected, and its growth over the hub without clients, per client.
+//   - envoy-rss-MiB, envoy-heap-MiB (Envoy only): mean VmRSS of the Envoy
+//     processes and the bytes their allocator reports in use (admin
+//     /memory "allocated"). A proxyless client's memory is grpc-go's
+//     inside the application; a raw ADS stream has none worth measuring.
+//   - bystander-p50-ms, bystander-p99-ms (Envoy only): the latency of a
+//     proxyless watcher of echo alone connected to the Envoys' hub. The
+//     hub plans every push, load assignments included, under one lock
+//     and regenerates each sidecar's listeners and clusters from every
+//     service on every push, so a hub serving Envoys delays its
+//     proxyless clients too.
 //
 // # BenchmarkRootPropagation
 //

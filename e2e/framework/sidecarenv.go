@@ -59,7 +59,11 @@ func (s *Sidecar) proxyConfig(rendered string) (string, error) {
 	pc["drainDuration"] = "1s"
 	switch s.opts.XDS {
 	case SidecarXDSPlaintext:
+		// The template points sidecars at the TLS port (the CA's, as
+		// Istio's discoveryAddress is istiod:15012); this mode takes the
+		// plaintext one instead.
 		pc["controlPlaneAuthPolicy"] = "NONE"
+		pc["discoveryAddress"] = net.JoinHostPort(HubServiceName, addrPort(s.opts.Hub.XDSAddr()))
 	case SidecarXDSTLS:
 		pc["controlPlaneAuthPolicy"] = "MUTUAL_TLS"
 		pc["discoveryAddress"] = net.JoinHostPort(HubServiceName, addrPort(s.opts.XDSTLSAddr))

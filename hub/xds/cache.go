@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -45,6 +46,10 @@ type groupCache struct {
 	// ID their own listeners and clusters (see sidecar).
 	envoyRoutes *written
 	sidecars    map[string]*sidecar
+	// shapes holds every service's shape as last planned, kept whether or
+	// not a sidecar is held, so that a push can tell whether sidecars'
+	// outbound side changed at all.
+	shapes map[model.Hostname]shape
 
 	// debug answers Istio's debug types (istioctl); set once, by New.
 	debug *debugTypes
@@ -71,6 +76,7 @@ func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, 
 		members:     map[xdsgen.ProxyGroup]int{},
 		envoyRoutes: newWritten(resourcev3.RouteType, nil),
 		sidecars:    map[string]*sidecar{},
+		shapes:      map[model.Hostname]shape{},
 	}
 	for _, t := range xdsgen.SharedTypes {
 		c.shared[t] = cachev3.NewLinearCache(t)
@@ -98,6 +104,7 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 		updates[i] = xdsgen.ServiceUpdate{Hostname: h, Service: service(h)}
 	}
 	p := c.planner.Plan(updates)
+	reshaped := c.reshapeLocked(updates)
 	out := make([]write, 0, len(p.Shared)+len(p.Groups))
 	for t, ch := range p.Shared {
 		out = append(out, write{typeURL: t, cache: c.shared[t], Changes: ch})
@@ -105,25 +112,53 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	for g, ch := range p.Groups {
 		out = append(out, write{typeURL: resourcev3.EndpointType, cache: c.eds[g], Changes: ch})
 	}
-	return append(out, c.planSidecarsLocked()...)
+	return append(out, c.planSidecarsLocked(reshaped)...)
 }
 
-// planSidecarsLocked regenerates what Envoy sidecars get and returns the
-// writes that bring their caches up to date. Unlike the proxyless plan it
-// regenerates from every service, whichever changed: a sidecar's
-// listeners and clusters are few resources built from all services, and
-// its inbound side follows endpoints of any service.
-func (c *groupCache) planSidecarsLocked() []write {
+// reshapeLocked records the shapes of the updated services and reports
+// whether one changed (a service added, removed or redefined, or with mTLS
+// its service accounts changed).
+func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) bool {
+	changed := false
+	for _, u := range updates {
+		old, had := c.shapes[u.Hostname]
+		if u.Service == nil {
+			delete(c.shapes, u.Hostname)
+			changed = changed || had
+			continue
+		}
+		sh := shapeOf(u.Service, c.opts)
+		if !had || !old.equal(sh) {
+			c.shapes[u.Hostname] = sh
+			changed = true
+		}
+	}
+	return changed
+}
+
+// planSidecarsLocked returns the writes that bring Envoy sidecars' caches
+// up to date after a push; reshaped says whether a service's shape
+// changed. When none did (endpoints moved, the common case), only the
+// sidecars whose pods started or stopped serving a port are regenerated;
+// otherwise every sidecar's listeners and clusters are, from all
+// services, and the shared routes.
+func (c *groupCache) planSidecarsLocked(reshaped bool) []write {
 	if len(c.sidecars) == 0 {
 		return nil
 	}
 	services := c.services()
 	var out []write
-	if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.opts)); ok {
-		out = append(out, w)
+	if reshaped {
+		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.opts)); ok {
+			out = append(out, w)
+		}
 	}
 	for _, sc := range c.sidecars {
-		out = append(out, sc.replan(services, c.opts)...)
+		in := sc.inbound(services)
+		if !reshaped && slices.Equal(in, sc.proxy.Inbound) {
+			continue
+		}
+		out = append(out, sc.replan(services, in, c.opts)...)
 	}
 	return out
 }

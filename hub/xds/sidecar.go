@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -77,6 +78,7 @@ type sidecar struct {
 	err     error // a node the hub cannot serve; its watches fail with it
 	members int   // open streams of the node
 	caches  map[string]*written
+	replans int // regenerations after the first, for tests of what a push costs
 }
 
 // written is one LinearCache and the resources last written to it, so that
@@ -162,13 +164,20 @@ func newSidecar(node *corev3.Node, services []*model.MergedService, opts xdsgen.
 	return s
 }
 
-// replan regenerates the sidecar's resources from services and returns
-// the writes that bring its caches up to date.
-func (s *sidecar) replan(services []*model.MergedService, opts xdsgen.Options) []write {
+// inbound returns the ports the sidecar's pod serves now, by services.
+func (s *sidecar) inbound(services []*model.MergedService) []xdsgen.InboundPort {
+	return xdsgen.SidecarInbound(services, s.cluster, s.proxy.IP)
+}
+
+// replan regenerates the sidecar's resources from services, with inbound
+// as the ports its pod serves, and returns the writes that bring its
+// caches up to date.
+func (s *sidecar) replan(services []*model.MergedService, inbound []xdsgen.InboundPort, opts xdsgen.Options) []write {
 	if s.err != nil {
 		return nil
 	}
-	s.proxy.Inbound = xdsgen.SidecarInbound(services, s.cluster, s.proxy.IP)
+	s.proxy.Inbound = inbound
+	s.replans++
 	var out []write
 	for _, t := range sidecarTypes {
 		if w, ok := s.caches[t].diff(t, sidecarResources(t, services, s.proxy, opts)); ok {
@@ -177,3 +186,23 @@ func (s *sidecar) replan(services []*model.MergedService, opts xdsgen.Options) [
 	}
 	return out
 }
+
+// shape is what a service gives Envoy sidecars apart from load
+// assignments and their pods' inbound side: its definition (hostname,
+// ports, protocols) and, with mTLS, the SPIFFE IDs its clusters accept.
+// An endpoint change that keeps every shape leaves every sidecar's
+// outbound listeners, clusters and routes as they are.
+type shape struct {
+	svc  *model.Service
+	sans []string
+}
+
+func shapeOf(ms *model.MergedService, opts xdsgen.Options) shape {
+	sh := shape{svc: ms.Service}
+	if opts.Security {
+		sh.sans = xdsgen.ServiceSANs(ms, opts)
+	}
+	return sh
+}
+
+func (a shape) equal(b shape) bool { return a.svc.Equal(b.svc) && slices.Equal(a.sans, b.sans) }

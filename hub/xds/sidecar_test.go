@@ -173,3 +173,59 @@ func TestEnvoyNodeRefused(t *testing.T) {
 		t.Errorf("a good Envoy node next to it got clusters %v", got)
 	}
 }
+
+// TestSidecarReplannedOnlyWhenItChanges: an endpoint change that keeps
+// every service's shape and the pod's own ports writes nothing to an Envoy
+// sidecar's listeners and clusters (only load assignments change); a new
+// service port, or the pod's own endpoint going, does.
+func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	write := func(sh map[model.Hostname]*model.ServiceShard) {
+		t.Helper()
+		if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), sh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(shard("c1", "r1", "10.0.0.5"))
+	c := newGroupCache(xdsgen.Options{}, st.Services, newMetrics(nil))
+	c.attach(streamKey{false, 1}, envoyNode("10.0.0.5", "echo-1", "c1", "NONE"))
+	c.plan([]model.Hostname{echo}, st.Service) // the first push records the shapes
+	sidecarWrites := func() map[string][]string {
+		got := map[string][]string{}
+		for _, w := range c.plan([]model.Hostname{echo}, st.Service) {
+			for _, typeURL := range sidecarTypes {
+				if w.cache == c.sidecars[envoyNode("10.0.0.5", "echo-1", "c1", "NONE").GetId()].caches[typeURL].lc {
+					for name := range w.Upsert {
+						got[typeURL] = append(got[typeURL], name)
+					}
+					got[typeURL] = append(got[typeURL], w.Delete...)
+				}
+			}
+		}
+		return got
+	}
+
+	sc := c.sidecars[envoyNode("10.0.0.5", "echo-1", "c1", "NONE").GetId()]
+	before := sc.replans
+	write(shard("c1", "r1", "10.0.0.5", "10.0.0.6"))
+	if got := sidecarWrites(); len(got) != 0 {
+		t.Errorf("another endpoint of the same service rewrote the sidecar: %v", got)
+	}
+	if sc.replans != before {
+		t.Errorf("another endpoint of the same service regenerated the sidecar (%d times)", sc.replans-before)
+	}
+
+	wider := shard("c1", "r1", "10.0.0.5", "10.0.0.6")
+	wider[echo].Service.Ports = append(wider[echo].Service.Ports, model.ServicePort{Name: "http", Port: 9090, Protocol: model.ProtocolHTTP})
+	write(wider)
+	if got := sidecarWrites()[resourcev3.ClusterType]; !slices.Contains(got, xdsgen.ClusterName(echo, 9090)) {
+		t.Errorf("a new service port: sidecar cluster writes %v, want %s", got, xdsgen.ClusterName(echo, 9090))
+	}
+
+	gone := shard("c1", "r1", "10.0.0.6")
+	gone[echo].Service = wider[echo].Service
+	write(gone)
+	if got := sidecarWrites()[resourcev3.ClusterType]; !slices.Equal(got, []string{"inbound|9000||"}) {
+		t.Errorf("the pod's endpoint gone: sidecar cluster writes %v, want its inbound cluster deleted", got)
+	}
+}

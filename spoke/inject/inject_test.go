@@ -152,7 +152,7 @@ func TestInjectSidecar(t *testing.T) {
 		"ISTIO_META_NETWORK":        "network-1",
 		"TRUST_DOMAIN":              "cluster.local",
 		"CA_ADDR":                   "hub.meshfed.example:15012",
-		"PROXY_CONFIG":              `{"discoveryAddress":"hub.meshfed.example:15010"}`,
+		"PROXY_CONFIG":              `{"discoveryAddress":"hub.meshfed.example:15012"}`,
 		"ISTIO_META_APP_CONTAINERS": "echo",
 		"ISTIO_META_WORKLOAD_NAME":  "echo",
 	} {
