@@ -110,27 +110,33 @@ func proxyStatusJSON(out string) (map[string]fleetProxy, error) {
 	return got, nil
 }
 
-// proxylessFleet starts two federated replicas over two remote clusters
-// and connects one proxyless gRPC client to each, in its own cluster. It
-// returns the replicas and, by "<pod>.<ns>", each client's cluster and
-// replica.
-func proxylessFleet(t *testing.T) (*framework.Fleet, []*framework.Hub, map[string][2]string) {
+// meshFleet starts two federated replicas over two remote clusters and
+// connects one proxyless gRPC client to each, in its own cluster, and an
+// Envoy sidecar (real pilot-agent and Envoy, in a Pod of cluster-2) to the
+// second. It returns the replicas and, by "<pod>.<ns>", each proxy's
+// cluster and replica.
+func meshFleet(t *testing.T) (*framework.Fleet, []*framework.Hub, map[string][2]string) {
 	t.Helper()
+	// The pod network first, so that it is removed after the hubs.
+	net := framework.NewTestPodNetwork(t)
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(2)})
 	ctx := t.Context()
+	var echoes []*framework.Workload
 	for _, r := range f.Remotes() {
 		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(w.Stop)
+		echoes = append(echoes, w)
 	}
 	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
 		t.Fatal(err)
 	}
 	key := gossipKey(t, f)
-	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key})
-	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
+	listen := net.Gateway().String()
+	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, ListenHost: listen})
+	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}, ListenHost: listen})
 	hubs := []*framework.Hub{h0, h1}
 	want := map[string][2]string{}
 	for i, h := range hubs {
@@ -139,6 +145,12 @@ func proxylessFleet(t *testing.T) (*framework.Fleet, []*framework.Hub, map[strin
 		expectClusters(t, conn, 10, id)
 		want["client-"+string(id)+".demo"] = [2]string{string(id), h.ReplicaID()}
 	}
+	r := f.Remotes()[1]
+	pod := framework.NewTestPod(t, net, framework.PodOptions{Name: "envoy-0"})
+	framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r, Pod: pod, Hub: h1, Name: "envoy-0", Namespace: "demo", Workload: echoes[1],
+	})
+	want["envoy-0.demo"] = [2]string{string(r.ID), h1.ReplicaID()}
 	return f, hubs, want
 }
 
@@ -177,11 +189,12 @@ func wantFleetListed(got map[string]fleetProxy, want map[string][2]string) error
 
 // TestIstioctlProxyStatusPlaintext: `istioctl proxy-status --plaintext
 // --xds-address <replica's xDS port>` lists the proxies of every replica,
+// Envoy sidecars and proxyless clients alike,
 // through either replica, with their cluster and serving replica, and not
 // istioctl's own stream.
 func TestIstioctlProxyStatusPlaintext(t *testing.T) {
 	istioctlBinary(t)
-	f, hubs, want := proxylessFleet(t)
+	f, hubs, want := meshFleet(t)
 	for _, via := range hubs {
 		testutil.Eventually(t, converge, poll, func() error {
 			out, err := istioctl(t, f, "proxy-status", "--plaintext", "--xds-address", via.XDSAddr(), "-o", "json")
@@ -217,7 +230,7 @@ func TestIstioctlProxyStatusPlaintext(t *testing.T) {
 // needs ADS on the TLS port (hub/xds TLS work).
 func TestIstioctlProxyStatusToken(t *testing.T) {
 	istioctlBinary(t)
-	f, hubs, want := proxylessFleet(t)
+	f, hubs, want := meshFleet(t)
 	// envtest runs no controller-manager to create the default account.
 	if err := f.Config().EnsureServiceAccount(t.Context(), istioNamespace, "default"); err != nil {
 		t.Fatal(err)
@@ -270,7 +283,7 @@ type istioDebugInfo struct {
 // a Pod labelled app=istiod, which envtest (no kubelet) cannot give, so the
 // document is decoded here with istioctl's shape, strictly.
 func TestClusterzForIstioctl(t *testing.T) {
-	_, hubs, _ := proxylessFleet(t)
+	_, hubs, _ := meshFleet(t)
 	for _, h := range hubs {
 		testutil.Eventually(t, converge, poll, func() error {
 			body, err := getBody(t.Context(), h.MonitoringURL()+debugdoc.ClusterzPath)
