@@ -21,8 +21,10 @@ import (
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/proxystatus/csds"
 	"github.com/meshfed/meshfed/pkg/testutil"
+	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
@@ -112,9 +114,10 @@ func proxyStatusJSON(out string) (map[string]fleetProxy, error) {
 
 // meshFleet starts two federated replicas over two remote clusters and
 // connects one proxyless gRPC client to each, in its own cluster, and an
-// Envoy sidecar (real pilot-agent and Envoy, in a Pod of cluster-2) to the
-// second. It returns the replicas and, by "<pod>.<ns>", each proxy's
-// cluster and replica.
+// Envoy sidecar (real pilot-agent and Envoy, in a Pod of cluster-2) to a
+// replica that does not watch cluster-1, which must still send it
+// cluster-1's endpoints (at a lower priority than cluster-2's). It returns
+// the replicas and, by "<pod>.<ns>", each proxy's cluster and replica.
 func meshFleet(t *testing.T) (*framework.Fleet, []*framework.Hub, map[string][2]string) {
 	t.Helper()
 	// The pod network first, so that it is removed after the hubs.
@@ -145,12 +148,33 @@ func meshFleet(t *testing.T) (*framework.Fleet, []*framework.Hub, map[string][2]
 		expectClusters(t, conn, 10, id)
 		want["client-"+string(id)+".demo"] = [2]string{string(id), h.ReplicaID()}
 	}
+	// The sidecar runs in cluster-2 and talks to a replica that does not
+	// watch cluster-1: cluster-1's echo reaches it through the federation.
 	r := f.Remotes()[1]
+	via := h1
+	if ownerOf(t, h0, f.Remotes()[0].ID) == h1.ReplicaID() {
+		via = h0
+	}
 	pod := framework.NewTestPod(t, net, framework.PodOptions{Name: "envoy-0"})
-	framework.StartTestSidecar(t, f, framework.SidecarOptions{
-		Cluster: r, Pod: pod, Hub: h1, Name: "envoy-0", Namespace: "demo", Workload: echoes[1],
+	sc := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r, Pod: pod, Hub: via, Name: "envoy-0", Namespace: "demo",
 	})
-	want["envoy-0.demo"] = [2]string{string(r.ID), h1.ReplicaID()}
+	want["envoy-0.demo"] = [2]string{string(r.ID), via.ReplicaID()}
+	echo := xdsgen.ClusterName(model.ServiceHostname("echo", "demo", ""), 8080)
+	testutil.Eventually(t, converge, poll, func() error {
+		prios, err := sc.ClusterPriorities(ctx, echo)
+		if err != nil {
+			return err
+		}
+		var byPrio [3]int
+		for _, p := range prios {
+			byPrio[min(p, 2)]++
+		}
+		if len(prios) != len(echoes) || byPrio[0] != 1 {
+			return fmt.Errorf("Envoy on %s has %s hosts %v: want one per cluster, its own (cluster-2) alone at priority 0", via.ReplicaID(), echo, prios)
+		}
+		return nil
+	})
 	return f, hubs, want
 }
 
