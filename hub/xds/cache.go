@@ -7,8 +7,12 @@ import (
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -93,9 +97,11 @@ type write struct {
 
 // plan computes the plan for hostnames hs, looking their views up with
 // service, and returns the writes it takes. It holds mu while it plans, so
-// the writes are to be made after it returns, in any order: a group freed
-// in between has its (dropped) cache written to in vain, a group created in
-// between was built with the planned state already.
+// the writes are to be made after it returns, in the order given (the
+// load assignments that follow Envoy clusters must reach their streams
+// after the clusters, see rewarmLocked): a group freed in between has its
+// (dropped) cache written to in vain, a group created in between was built
+// with the planned state already.
 func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *model.MergedService) []write {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -112,7 +118,7 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	for g, ch := range p.Groups {
 		out = append(out, write{typeURL: resourcev3.EndpointType, cache: c.eds[g], Changes: ch})
 	}
-	return append(out, c.planSidecarsLocked(reshaped)...)
+	return append(out, c.planSidecarsLocked(reshaped, p.Groups)...)
 }
 
 // reshapeLocked records the shapes of the updated services and reports
@@ -137,12 +143,12 @@ func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) bool {
 }
 
 // planSidecarsLocked returns the writes that bring Envoy sidecars' caches
-// up to date after a push; reshaped says whether a service's shape
-// changed. When none did (endpoints moved, the common case), only the
+// up to date after a push, given the push's planned load-assignment
+// changes; reshaped says whether a service's shape changed. When none did (endpoints moved, the common case), only the
 // sidecars whose pods started or stopped serving a port are regenerated;
 // otherwise every sidecar's listeners and clusters are, from all
 // services, and the shared routes.
-func (c *groupCache) planSidecarsLocked(reshaped bool) []write {
+func (c *groupCache) planSidecarsLocked(reshaped bool, planned map[xdsgen.ProxyGroup]xdsgen.Changes) []write {
 	if len(c.sidecars) == 0 {
 		return nil
 	}
@@ -153,12 +159,51 @@ func (c *groupCache) planSidecarsLocked(reshaped bool) []write {
 			out = append(out, w)
 		}
 	}
+	warm := map[xdsgen.ProxyGroup][]string{}
 	for _, sc := range c.sidecars {
 		in := sc.inbound(services)
 		if !reshaped && slices.Equal(in, sc.proxy.Inbound) {
 			continue
 		}
-		out = append(out, sc.replan(services, in, c.opts)...)
+		for _, w := range sc.replan(services, in, c.opts) {
+			out = append(out, w)
+			if w.typeURL != resourcev3.ClusterType {
+				continue
+			}
+			warm[sc.group] = append(warm[sc.group], warmedBy(w)...)
+		}
+	}
+	return append(out, c.rewarmLocked(warm, planned)...)
+}
+
+// rewarmLocked returns the writes that send again, after the cluster
+// writes before them, the load assignments of the EDS clusters that Envoy
+// sidecars were sent anew (see warmedBy): the newest of each (this push's
+// planned one, else the one the group's cache holds), in other bytes of
+// the same meaning (see rewarmed), so that every stream of the group
+// watching it is sent it. The group's proxyless members get it again too,
+// which is harmless.
+func (c *groupCache) rewarmLocked(warm map[xdsgen.ProxyGroup][]string, planned map[xdsgen.ProxyGroup]xdsgen.Changes) []write {
+	var out []write
+	for g, names := range warm {
+		lc := c.eds[g]
+		if lc == nil || len(names) == 0 {
+			continue // no stream of the group watches assignments yet
+		}
+		held := lc.GetResources()
+		up := map[string]types.Resource{}
+		for _, n := range names {
+			r, ok := planned[g].Upsert[n]
+			if !ok && !slices.Contains(planned[g].Delete, n) {
+				r, ok = held[n]
+			}
+			if cla, isCLA := r.(*endpointv3.ClusterLoadAssignment); ok && isCLA {
+				up[n] = rewarmed(cla)
+			}
+		}
+		if len(up) > 0 {
+			out = append(out, write{typeURL: resourcev3.EndpointType, cache: lc, Changes: xdsgen.Changes{Upsert: up}})
+		}
 	}
 	return out
 }
@@ -380,3 +425,28 @@ func (c *groupCache) Fetch(ctx context.Context, req *cachev3.Request) (cachev3.R
 	}
 	return lc.Fetch(ctx, req)
 }
+
+// rewarmed returns a load assignment that means what cla means in other
+// bytes: the overprovisioning factor set to Envoy's default where it was
+// unset, or unset where it was set. Sent again unchanged, an assignment
+// would not end a cluster's warming on a Delta stream: go-control-plane
+// versions a Delta resource by a hash of it, and Envoy takes nothing
+// again in a version it has (seen with pilot-agent's Delta xDS: the
+// cluster stayed warming until the bytes differed). A SotW stream takes
+// it in either case.
+func rewarmed(cla *endpointv3.ClusterLoadAssignment) *endpointv3.ClusterLoadAssignment {
+	out := proto.Clone(cla).(*endpointv3.ClusterLoadAssignment)
+	if out.Policy == nil {
+		out.Policy = &endpointv3.ClusterLoadAssignment_Policy{}
+	}
+	if out.Policy.OverprovisioningFactor == nil {
+		out.Policy.OverprovisioningFactor = wrapperspb.UInt32(envoyOverprovisioningFactor)
+	} else {
+		out.Policy.OverprovisioningFactor = nil
+	}
+	return out
+}
+
+// envoyOverprovisioningFactor is Envoy's default overprovisioning factor
+// (ClusterLoadAssignment.Policy.overprovisioning_factor), in percent.
+const envoyOverprovisioningFactor = 140

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -75,8 +76,9 @@ var sidecarTypes = []string{resourcev3.ListenerType, resourcev3.ClusterType}
 type sidecar struct {
 	proxy   xdsgen.Sidecar // Inbound as last generated
 	cluster model.ClusterID
-	err     error // a node the hub cannot serve; its watches fail with it
-	members int   // open streams of the node
+	group   xdsgen.ProxyGroup // whose load assignments it gets
+	err     error             // a node the hub cannot serve; its watches fail with it
+	members int               // open streams of the node
 	caches  map[string]*written
 	replans int // regenerations after the first, for tests of what a push costs
 }
@@ -153,7 +155,7 @@ func envoyRoutes(services []*model.MergedService, opts xdsgen.Options) []types.R
 // services.
 func newSidecar(node *corev3.Node, services []*model.MergedService, opts xdsgen.Options) *sidecar {
 	sc, cluster, err := sidecarOf(node)
-	s := &sidecar{proxy: sc, cluster: cluster, err: err, caches: map[string]*written{}}
+	s := &sidecar{proxy: sc, cluster: cluster, group: ProxyGroupOf(node), err: err, caches: map[string]*written{}}
 	if err != nil {
 		return s
 	}
@@ -206,3 +208,25 @@ func shapeOf(ms *model.MergedService, opts xdsgen.Options) shape {
 }
 
 func (a shape) equal(b shape) bool { return a.svc.Equal(b.svc) && slices.Equal(a.sans, b.sans) }
+
+// warmedBy returns the service names of the EDS clusters that w upserts.
+// Envoy keeps an updated EDS cluster warming, on its old version, until it
+// is sent the cluster's load assignment again, even an unchanged one (it
+// does not ask again for a name it is subscribed to), so every such
+// cluster's assignment has to follow the cluster (rewarmLocked).
+func warmedBy(w write) []string {
+	var names []string
+	for _, r := range w.Upsert {
+		c, ok := r.(*clusterv3.Cluster)
+		if !ok || c.GetType() != clusterv3.Cluster_EDS {
+			continue
+		}
+		name := c.GetEdsClusterConfig().GetServiceName()
+		if name == "" {
+			name = c.GetName()
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}

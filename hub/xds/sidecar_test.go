@@ -9,11 +9,13 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshfed/meshfed/hub/store"
@@ -227,5 +229,78 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 	write(gone)
 	if got := sidecarWrites()[resourcev3.ClusterType]; !slices.Equal(got, []string{"inbound|9000||"}) {
 		t.Errorf("the pod's endpoint gone: sidecar cluster writes %v, want its inbound cluster deleted", got)
+	}
+}
+
+// TestSidecarClusterChangeResendsAssignments: Envoy keeps an updated EDS
+// cluster warming until it is sent the cluster's load assignment again,
+// so when a sidecar's cluster changes (here its SAN check, as the
+// service's endpoints get a service account under mTLS) the plan writes,
+// after that cluster, the assignment to the sidecar's group once more,
+// even though the assignment itself did not change.
+func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	write := func(sh map[model.Hostname]*model.ServiceShard) {
+		t.Helper()
+		if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), sh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(shard("c1", "r1", "10.0.0.5"))
+	c := newGroupCache(xdsgen.Options{Security: true}, st.Services, newMetrics(nil))
+	node := envoyNode("10.0.0.9", "client", "c1", "NONE")
+	c.attach(streamKey{false, 1}, node)
+	if _, err := c.pick(resourcev3.EndpointType, node); err != nil { // the group's assignments, as the stream asks
+		t.Fatal(err)
+	}
+	c.plan([]model.Hostname{echo}, st.Service)
+
+	withSA := shard("c1", "r1", "10.0.0.5")
+	withSA[echo].Endpoints[0].ServiceAccount = "echo"
+	write(withSA)
+	name := xdsgen.ClusterName(echo, 8080)
+	sc := c.sidecars[node.GetId()]
+	cdsAt, edsAt := -1, -1
+	for i, w := range c.plan([]model.Hostname{echo}, st.Service) {
+		if _, ok := w.Upsert[name]; !ok {
+			continue
+		}
+		switch {
+		case w.cache == sc.caches[resourcev3.ClusterType].lc:
+			cdsAt = i
+		case w.typeURL == resourcev3.EndpointType && w.cache == c.eds[sc.group]:
+			edsAt = i
+		}
+	}
+	if cdsAt < 0 {
+		t.Fatalf("the new SAN did not rewrite the sidecar's cluster %s", name)
+	}
+	if edsAt < cdsAt {
+		t.Fatalf("assignment %s written at %d, the cluster at %d: want the assignment after the cluster", name, edsAt, cdsAt)
+	}
+}
+
+// TestRewarmedAssignment: the assignment sent again to end a warming is
+// the same to Envoy (the overprovisioning factor toggles between unset
+// and Envoy's default) but other bytes, so a Delta stream, whose versions
+// hash the resource, takes it; toggling twice gives the original back.
+func TestRewarmedAssignment(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.0.0.5")); err != nil {
+		t.Fatal(err)
+	}
+	cla := xdsgen.LoadAssignments(st.Service(echo), xdsgen.ProxyGroup{Cluster: "c1", Region: "r1"})[0]
+	once := rewarmed(cla)
+	if proto.Equal(once, cla) {
+		t.Fatal("rewarmed assignment has the same bytes")
+	}
+	if got := once.GetPolicy().GetOverprovisioningFactor().GetValue(); got != envoyOverprovisioningFactor {
+		t.Errorf("overprovisioning factor %d, want Envoy's default %d", got, envoyOverprovisioningFactor)
+	}
+	if !proto.Equal(proto.Clone(once).(*endpointv3.ClusterLoadAssignment).GetEndpoints()[0], cla.GetEndpoints()[0]) {
+		t.Error("rewarming changed the endpoints")
+	}
+	if twice := rewarmed(once); twice.GetPolicy().GetOverprovisioningFactor() != nil {
+		t.Errorf("rewarmed twice: policy %v, want the factor unset again", twice.GetPolicy())
 	}
 }
