@@ -1,8 +1,9 @@
+//go:build linux
+
 package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,9 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +23,6 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -34,30 +31,14 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
-
-// envEnvoyBinary names the upstream Envoy 1.40 binary; the Makefile sets it
-// after `make envoy` installed it.
-const envEnvoyBinary = "MESHFED_ENVOY_BIN"
-
-// envoyBinary returns $MESHFED_ENVOY_BIN. Envoy cannot be built here, so an
-// unset variable fails the test (a skip would hide that nothing was
-// checked).
-func envoyBinary(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv(envEnvoyBinary)
-	if bin == "" {
-		t.Fatalf("%s is not set: run this test through `make test` or `make e2e`, which install upstream Envoy 1.40 (`make envoy`) and set it", envEnvoyBinary)
-	}
-	return bin
-}
 
 // TestEnvoyAcceptsSidecarConfig proves that upstream Envoy 1.40 accepts
 // every resource and extension pkg/xdsgen generates for a sidecar, in each
@@ -80,7 +61,7 @@ func envoyBinary(t *testing.T) string {
 //     reference turned into a reference to a static secret ("default": a
 //     throwaway workload certificate from pkg/pki; "ROOTCA": its root).
 func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
-	bin := envoyBinary(t)
+	bin := framework.TestEnvoyBinary(t)
 	secrets := throwawaySecrets(t)
 	services := validateFixture()
 	pod := netip.MustParseAddr("10.1.0.1")
@@ -112,10 +93,10 @@ func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
 // metadata-exchange network filter, which exists only in Istio's Envoy
 // build, is rejected by upstream Envoy.
 func TestEnvoyRejectsForkFilter(t *testing.T) {
-	bin := envoyBinary(t)
+	bin := framework.TestEnvoyBinary(t)
 	l := &listenerv3.Listener{
 		Name:    "0.0.0.0_9000",
-		Address: validateSocket("0.0.0.0", 9000),
+		Address: framework.SocketAddress("0.0.0.0", 9000),
 		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
 			Name: "istio.metadata_exchange",
 			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: &anypb.Any{
@@ -180,39 +161,17 @@ func validateNode() *corev3.Node {
 // (ADS, for RDS and EDS) and sds-grpc (SDS). Both reach pilot-agent over a
 // Unix socket that validate mode never dials.
 func servedBootstrap(listeners []*listenerv3.Listener, clusters []*clusterv3.Cluster) *bootstrapv3.Bootstrap {
-	agent := func(name, path string) *clusterv3.Cluster {
-		return &clusterv3.Cluster{
-			Name:                          name,
-			ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-			ConnectTimeout:                durationpb.New(time.Second),
-			TypedExtensionProtocolOptions: validateHTTP2Options(),
-			LoadAssignment: &endpointv3.ClusterLoadAssignment{
-				ClusterName: name,
-				Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
-					HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-						Address: &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: path}}},
-					}},
-				}}}},
-			},
-		}
-	}
 	return &bootstrapv3.Bootstrap{
 		Node: validateNode(),
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{
 			Listeners: listeners,
 			Clusters: append([]*clusterv3.Cluster{
-				agent("xds-grpc", "./etc/istio/proxy/XDS"),
-				agent(xdsgen.SDSClusterName, "./var/run/secrets/workload-spiffe-uds/socket"),
+				framework.GRPCCluster("xds-grpc", framework.PipeAddress("./etc/istio/proxy/XDS")),
+				framework.GRPCCluster(xdsgen.SDSClusterName, framework.PipeAddress("./var/run/secrets/workload-spiffe-uds/socket")),
 			}, clusters...),
 		},
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
-			AdsConfig: &corev3.ApiConfigSource{
-				ApiType:             corev3.ApiConfigSource_GRPC,
-				TransportApiVersion: corev3.ApiVersion_V3,
-				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
-					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: "xds-grpc"},
-				}}},
-			},
+			AdsConfig: framework.ADSConfig("xds-grpc"),
 		},
 	}
 }
@@ -365,50 +324,15 @@ func runEnvoyValidate(t *testing.T, bin string, b *bootstrapv3.Bootstrap) {
 	}
 }
 
-// envoyValidate runs `envoy --mode validate` on b, written as a binary
-// proto (which, unlike JSON, can hold an Any of a type Go does not know),
-// and returns Envoy's output.
+// envoyValidate runs `envoy --mode validate` on b and returns Envoy's
+// output.
 func envoyValidate(t *testing.T, bin string, b *bootstrapv3.Bootstrap) (string, error) {
 	t.Helper()
-	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "bootstrap.pb")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--mode", "validate", "-c", path,
-		"--disable-hot-restart", "--log-level", "warn", "--log-path", filepath.Join(dir, "envoy.log"))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	if log, rerr := os.ReadFile(filepath.Join(dir, "envoy.log")); rerr == nil {
-		out.Write(log)
-	}
-	return out.String(), err
-}
-
-// validateHTTP2Options makes a cluster speak HTTP/2, as gRPC needs.
-func validateHTTP2Options() map[string]*anypb.Any {
-	a, err := anypb.New(&httpv3.HttpProtocolOptions{
-		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
-		}},
+	return framework.ValidateEnvoy(ctx, framework.EnvoyOptions{
+		Binary: bin, Dir: t.TempDir(), Bootstrap: b, LogLevel: "warn",
 	})
-	if err != nil {
-		panic(err)
-	}
-	return map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": a}
-}
-
-func validateSocket(ip string, port uint32) *corev3.Address {
-	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-		Address: ip, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
-	}}}
 }
 
 // TestEnvoySidecarsCarryTraffic runs two real Envoy 1.40 sidecars on the
@@ -425,7 +349,7 @@ func validateSocket(ip string, port uint32) *corev3.Address {
 // addresses). It checks the generator's shape, independent of the hub and
 // pilot-agent.
 func TestEnvoySidecarsCarryTraffic(t *testing.T) {
-	bin := envoyBinary(t)
+	bin := framework.TestEnvoyBinary(t)
 	for _, security := range []bool{false, true} {
 		t.Run(fmt.Sprintf("security=%t", security), func(t *testing.T) {
 			testSidecarTraffic(t, bin, xdsgen.Options{Security: security})
@@ -437,7 +361,8 @@ func testSidecarTraffic(t *testing.T, bin string, opts xdsgen.Options) {
 	serverIP := netip.MustParseAddr("127.0.0.2")
 	apps := startSidecarApps(t)
 	// The service ports are where the client sidecar listens on 127.0.0.1.
-	httpPort, tcpPort, grpcPort := freeLoopbackPort(t), freeLoopbackPort(t), freeLoopbackPort(t)
+	ports := freeLoopbackPorts(t, 3)
+	httpPort, tcpPort, grpcPort := ports[0], ports[1], ports[2]
 	ep := func(name string, target uint32) []model.Endpoint {
 		return []model.Endpoint{{Cluster: "cluster-1", Address: serverIP, Ready: true, ServiceAccount: "echo", Ports: map[string]uint32{name: target}}}
 	}
@@ -566,42 +491,25 @@ func startSidecarApps(t *testing.T) sidecarApps {
 	return apps
 }
 
-// freeLoopbackPort returns a port that was free on 127.0.0.1 a moment ago.
-func freeLoopbackPort(t *testing.T) uint32 {
+// freeLoopbackPorts returns n distinct ports that were free on 127.0.0.1
+// a moment ago.
+func freeLoopbackPorts(t *testing.T, n int) []uint32 {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := framework.FreeAddrs(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return uint32(l.Addr().(*net.TCPAddr).Port)
+	ports := make([]uint32, n)
+	for i, a := range addrs {
+		ports[i] = uint32(netip.MustParseAddrPort(a).Port())
+	}
+	return ports
 }
 
 // startEnvoy runs Envoy on b until t ends; its log is shown when t fails.
 func startEnvoy(t *testing.T, bin, name string, b *bootstrapv3.Bootstrap) {
 	t.Helper()
-	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "bootstrap.pb")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "envoy.log")
-	cmd := exec.Command(bin, "-c", path, "--disable-hot-restart", "--log-level", "info", "--log-path", logPath)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s Envoy: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			log, _ := os.ReadFile(logPath)
-			t.Logf("%s Envoy log:\n%s", name, log)
-		}
-	})
+	framework.StartTestEnvoy(t, framework.EnvoyOptions{Binary: bin, Name: name, Bootstrap: b})
 }
 
 // httpGet returns the body of a 200 answer to GET url with Host host (the
@@ -609,22 +517,7 @@ func startEnvoy(t *testing.T, bin, name string, b *bootstrapv3.Bootstrap) {
 func httpGet(t *testing.T, url, host string) (string, error) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
-	}
-	if host != "" {
-		req.Host = host
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
-	}
+	b, err := framework.HTTPGet(ctx, nil, url, host)
 	return string(b), err
 }
 

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -310,7 +308,7 @@ func TestClusterzForIstioctl(t *testing.T) {
 	_, hubs, _ := meshFleet(t)
 	for _, h := range hubs {
 		testutil.Eventually(t, converge, poll, func() error {
-			body, err := getBody(t.Context(), h.MonitoringURL()+debugdoc.ClusterzPath)
+			body, err := framework.HTTPGet(t.Context(), nil, h.MonitoringURL()+debugdoc.ClusterzPath, "")
 			if err != nil {
 				return err
 			}
@@ -351,24 +349,4 @@ func TestHubChartIstioctlLabels(t *testing.T) {
 	if _, ok := off.Spec.Template.Labels["app"]; ok {
 		t.Errorf("istioctlCompatible=false: pod labels %v", off.Spec.Template.Labels)
 	}
-}
-
-func getBody(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(body))
-	}
-	return body, nil
 }

@@ -6,14 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/url"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -138,31 +138,6 @@ func TestSidecarHarness(t *testing.T) {
 // listens (127.0.0.1:8080 inside the client Pod, INTERCEPTION_MODE NONE).
 const echoPortHTTP = 8080
 
-// setAppProtocol sets the appProtocol of w's Service port and EndpointSlice
-// port (the framework's workloads say grpc).
-func setAppProtocol(t *testing.T, w *framework.Workload, proto string) {
-	t.Helper()
-	ctx := t.Context()
-	c := w.Cluster().Client()
-	svc := &corev1.Service{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: w.Options().Namespace, Name: w.Options().Service}, svc); err != nil {
-		t.Fatal(err)
-	}
-	for i := range svc.Spec.Ports {
-		svc.Spec.Ports[i].AppProtocol = &proto
-	}
-	if err := c.Update(ctx, svc); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.UpdateEndpointSlice(ctx, func(es *discoveryv1.EndpointSlice) {
-		for i := range es.Ports {
-			es.Ports[i].AppProtocol = &proto
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // echoSidecars deploys, in every cluster of f, the HTTP service
 // echo.demo:8080 with one sidecar Pod whose app (an HTTP echo answering
 // "<cluster>/<pod>") listens on the Pod's loopback at the target port,
@@ -173,11 +148,12 @@ func echoSidecars(t *testing.T, f *framework.Fleet, net *framework.PodNetwork, h
 	workloads := map[model.ClusterID]*framework.Workload{}
 	sidecars := map[model.ClusterID]*framework.Sidecar{}
 	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", ServicePort: echoPortHTTP, PortName: "http"})
+		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{
+			Namespace: "demo", Service: "echo", ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http",
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		setAppProtocol(t, w, "http")
 		workloads[r.ID] = w
 		pod := framework.NewTestPod(t, net, framework.PodOptions{Name: string(r.ID) + "-echo"})
 		app, err := framework.StartHTTPEcho(ctx, pod, fmt.Sprintf("127.0.0.1:%d", w.TargetPort()), string(r.ID)+"/echo-0")
@@ -265,6 +241,11 @@ func TestSidecarLocalityFailover(t *testing.T) {
 		t.Errorf("x-forwarded-client-cert %q does not name the client (%s)", reply.XFCC, want)
 	}
 
+	// What Envoy holds, as the hub and Envoy itself report it.
+	servers := []*framework.Sidecar{sidecars[r1.ID], sidecars["cluster-2"], sidecars["cluster-3"]}
+	testutil.Eventually(t, converge, poll, func() error { return allSynced(t, hub, append(servers, cl)...) })
+	checkEnvoyConfig(t, cl, workloads, sidecars)
+
 	// cluster-1's endpoints not ready: cluster-2 and cluster-3 answer.
 	if err := workloads[r1.ID].SetReady(ctx, false); err != nil {
 		t.Fatal(err)
@@ -295,6 +276,110 @@ func TestSidecarLocalityFailover(t *testing.T) {
 	}
 }
 
+// envoyTypes are the xDS types every Envoy sidecar subscribes to.
+var envoyTypes = []string{"cds", "eds", "lds", "rds"}
+
+// allSynced checks that `meshfedctl proxy-status` lists every one of scs
+// with every type it subscribed to SYNCED and no NACK, the four Envoy types
+// among them.
+func allSynced(t *testing.T, hub *framework.Hub, scs ...*framework.Sidecar) error {
+	_, doc, err := proxyIDs(t, hub)
+	if err != nil {
+		return err
+	}
+	for _, s := range scs {
+		i := -1
+		for j, p := range doc.Proxies {
+			if p.Proxy == s.NodeID() {
+				i = j
+			}
+		}
+		if i < 0 {
+			return fmt.Errorf("proxy-status lists no %s", s.NodeID())
+		}
+		types := doc.Proxies[i].Types
+		for _, typ := range envoyTypes {
+			if _, ok := types[typ]; !ok {
+				return fmt.Errorf("%s has no %s in proxy-status: %+v", s.Name(), typ, types)
+			}
+		}
+		for typ, st := range types {
+			if st.Nack != "" {
+				return fmt.Errorf("%s NACKed %s: %s", s.Name(), typ, st.Nack)
+			}
+			if st.Status != "SYNCED" {
+				return fmt.Errorf("%s: %s is %s", s.Name(), typ, st.Status)
+			}
+		}
+	}
+	return nil
+}
+
+// checkEnvoyConfig reads the config of the Envoys of TestSidecarLocalityFailover
+// from their admin interfaces: the client listens on 127.0.0.1:8080 for the
+// echo service, each server on its Pod IP at the target port with an
+// inbound cluster for it, and the client's echo cluster holds the servers
+// of all three clusters, its own at priority 0 and the others after it.
+func checkEnvoyConfig(t *testing.T, client *framework.Sidecar, workloads map[model.ClusterID]*framework.Workload,
+	servers map[model.ClusterID]*framework.Sidecar) {
+	t.Helper()
+	ctx := t.Context()
+	outbound := fmt.Sprintf("outbound|%d||%s", echoPortHTTP, echoHost)
+	cfg, err := client.DynamicConfig(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("127.0.0.1_%d", echoPortHTTP); !slices.Contains(cfg.Listeners, want) {
+		t.Errorf("client's listeners %v lack %s", cfg.Listeners, want)
+	}
+	if !slices.Contains(cfg.Clusters, outbound) {
+		t.Errorf("client's clusters %v lack %s", cfg.Clusters, outbound)
+	}
+	if len(cfg.WarmingClusters) > 0 {
+		t.Errorf("client's clusters %v still warming", cfg.WarmingClusters)
+	}
+	for id, s := range servers {
+		port := workloads[id].TargetPort()
+		cfg, err := s.DynamicConfig(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%s_%d", s.IP(), port); !slices.Contains(cfg.Listeners, want) {
+			t.Errorf("%s server's listeners %v lack its inbound %s", id, cfg.Listeners, want)
+		}
+		if want := fmt.Sprintf("inbound|%d||", port); !slices.Contains(cfg.Clusters, want) {
+			t.Errorf("%s server's clusters %v lack %s", id, cfg.Clusters, want)
+		}
+		if len(cfg.WarmingClusters) > 0 {
+			t.Errorf("%s server's clusters %v still warming", id, cfg.WarmingClusters)
+		}
+	}
+
+	testutil.Eventually(t, converge, poll, func() error {
+		got, err := client.ClusterPriorities(ctx, outbound)
+		if err != nil {
+			return err
+		}
+		if len(got) != len(servers) {
+			return fmt.Errorf("%s has hosts %v, want one per cluster", outbound, got)
+		}
+		for id, s := range servers {
+			host := fmt.Sprintf("%s:%d", s.IP(), workloads[id].TargetPort())
+			prio, ok := got[host]
+			switch {
+			case !ok:
+				return fmt.Errorf("%s has no host %s of %s: %v", outbound, host, id, got)
+			case id == client.Cluster().ID && prio != 0:
+				return fmt.Errorf("own cluster's host %s has priority %d, want 0 (all: %v)", host, prio, got)
+			case id != client.Cluster().ID && prio == 0:
+				return fmt.Errorf("%s's host %s has priority 0, the client's own locality's (all: %v)", id, host, got)
+			}
+		}
+		t.Logf("client's %s hosts by priority: %v", outbound, got)
+		return nil
+	})
+}
+
 // TestSidecarXDSOverTLS: pilot-agent with Istio's default control-plane
 // settings (mutual TLS to the hub's CA port, verified as istiod's Service
 // name) gets its workload certificate and its config over TLS.
@@ -321,4 +406,242 @@ func TestSidecarXDSOverTLS(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Service ports of TestSidecarProtocols, one per protocol: in NONE mode
+// the client's outbound listener of a port is 127.0.0.1:<port>, which can
+// carry only one protocol.
+const (
+	grpcEchoPort = 8080
+	tcpEchoPort  = 9000
+)
+
+// serverSidecar deploys the service of opts (no replicas of its own) in r
+// and one sidecar Pod serving it: start runs the Pod's app on the Pod's
+// loopback at the target port, and Envoy keeps its TLS handshake stats.
+func serverSidecar(t *testing.T, f *framework.Fleet, net *framework.PodNetwork, hub *framework.Hub, r *framework.RemoteCluster,
+	opts framework.WorkloadOptions, start func(pod *framework.Pod, addr, identity string) (io.Closer, error)) (*framework.Workload, *framework.Sidecar) {
+	t.Helper()
+	w, err := r.DeployWorkload(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := opts.Service + "-0"
+	pod := framework.NewTestPod(t, net, framework.PodOptions{Name: name})
+	app, err := start(pod, fmt.Sprintf("127.0.0.1:%d", w.TargetPort()), string(r.ID)+"/"+name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close() })
+	sc := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r, Pod: pod, Hub: hub, Name: name, Namespace: opts.Namespace, Workload: w,
+		ProxyConfig: map[string]any{"proxyStatsMatcher": handshakeStats},
+	})
+	return w, sc
+}
+
+// handshakeStats is the proxyStatsMatcher (Istio ProxyConfig) that makes
+// Envoy keep its TLS handshake counters.
+var handshakeStats = map[string]any{"inclusionSuffixes": []string{"ssl.handshake"}}
+
+// closerFunc adapts EchoServer.Stop to io.Closer.
+type closerFunc func()
+
+func (f closerFunc) Close() error { f(); return nil }
+
+// TestSidecarProtocols: from a client sidecar Pod, a gRPC call (HTTP/2,
+// appProtocol grpc) and a raw TCP echo (appProtocol tcp) flow through the
+// client's Envoy to server Pods with sidecars, over mTLS; the servers'
+// Envoys count the TLS handshakes. A proxyless grpc-go xDS client with a
+// workload certificate of the hub's CA reaches the same gRPC server Pod,
+// over mTLS straight to that Pod's Envoy, side by side with the Envoy
+// client. Plaintext from outside the mesh gets no answer, and in the end
+// every Envoy is SYNCED in proxy-status with no cluster left warming.
+func TestSidecarProtocols(t *testing.T) {
+	f, net, hub := sidecarFleet(t, 1, "--xds-mtls")
+	r := f.Remotes()[0]
+	ctx := t.Context()
+
+	var grpcApp *framework.EchoServer
+	grpcW, grpcSC := serverSidecar(t, f, net, hub, r,
+		framework.WorkloadOptions{Namespace: "demo", Service: "grpc-echo", ServicePort: grpcEchoPort},
+		func(pod *framework.Pod, addr, id string) (io.Closer, error) {
+			s, err := framework.StartGRPCEcho(ctx, pod, addr, id)
+			if err != nil {
+				return nil, err
+			}
+			grpcApp = s
+			return closerFunc(s.Stop), nil
+		})
+	tcpW, tcpSC := serverSidecar(t, f, net, hub, r,
+		framework.WorkloadOptions{Namespace: "demo", Service: "tcp-echo", ServicePort: tcpEchoPort, PortName: "tcp", AppProtocol: "tcp"},
+		func(pod *framework.Pod, addr, id string) (io.Closer, error) {
+			return framework.StartTCPEcho(ctx, pod, addr, id)
+		})
+	clientPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "client"})
+	cl := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r, Pod: clientPod, Hub: hub, Name: "client-0", Namespace: "demo", ServiceAccount: "client",
+	})
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, s := range []*framework.Sidecar{cl, grpcSC, tcpSC} {
+		if err := s.WaitReady(rctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grpcID, tcpID := string(r.ID)+"/grpc-echo-0", string(r.ID)+"/tcp-echo-0"
+
+	// gRPC through the client's Envoy: HTTP/2 to 127.0.0.1:8080 in the
+	// client Pod, routed by :authority.
+	grpcAuthority := fmt.Sprintf("%s:%d", grpcW.Hostname(), grpcEchoPort)
+	cc, err := framework.DialGRPCInPod(clientPod, fmt.Sprintf("127.0.0.1:%d", grpcEchoPort), grpcAuthority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	callOnce := func(call func(context.Context) (string, error), want string) func() error {
+		return func() error {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			id, err := call(cctx)
+			if err != nil {
+				return err
+			}
+			if id != want {
+				return fmt.Errorf("answered by %q, want %q", id, want)
+			}
+			return nil
+		}
+	}
+	viaEnvoy := func(cctx context.Context) (string, error) { return framework.CallEcho(cctx, cc) }
+	testutil.Eventually(t, converge, poll, callOnce(viaEnvoy, grpcID))
+
+	// Raw TCP through the client's Envoy (tcp_proxy both ends): the
+	// server's greeting and the echo of what the client sent.
+	const msg = "bytes, not requests\n"
+	tcpAddr := fmt.Sprintf("127.0.0.1:%d", tcpEchoPort)
+	testutil.Eventually(t, converge, poll, func() error {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		id, echo, err := framework.CallTCPEcho(cctx, clientPod, tcpAddr, msg)
+		if err != nil {
+			return err
+		}
+		if id != tcpID || echo != msg {
+			return fmt.Errorf("tcp echo: identity %q, echo %q; want %q, %q", id, echo, tcpID, msg)
+		}
+		return nil
+	})
+
+	// Both legs were mutual TLS: each server's inbound listener (on the
+	// Pod IP, NONE mode; it requires a client certificate) completed TLS
+	// handshakes.
+	for _, sv := range []struct {
+		sc   *framework.Sidecar
+		port uint16
+	}{{grpcSC, grpcW.TargetPort()}, {tcpSC, tcpW.TargetPort()}} {
+		if n, err := inboundHandshakes(ctx, sv.sc, sv.port); err != nil {
+			t.Fatal(err)
+		} else if n == 0 {
+			t.Errorf("%s's inbound listener counted no TLS handshake", sv.sc.Name())
+		} else {
+			t.Logf("%s's inbound listener: %d TLS handshakes", sv.sc.Name(), n)
+		}
+	}
+
+	// A proxyless grpc-go client of the same cluster, with a certificate of
+	// the hub's CA, reaches the same server Pod: its channel dials the Pod
+	// IP the hub hands out (198.18.x.y: the host reaches the pod network
+	// over its bridge) and speaks mTLS to that Pod's Envoy, which checks
+	// the client certificate as it does another sidecar's.
+	_, roots := waitTrustBundle(t, hub)
+	if err := r.EnsureServiceAccount(ctx, "demo", "proxyless"); err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(ctx, converge)
+	defer acancel()
+	ag, err := r.StartCertAgent(actx, "demo", "proxyless", t.TempDir(), framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ag.Stop)
+	pl := framework.NewTestXDSClient(t, framework.ClientOptions{
+		HubAddr: hub.XDSAddr(), Cluster: r.ID, Namespace: "demo", Locality: r.Locality, Name: "proxyless", CertDir: ag.Dir(),
+	})
+	conn, err := pl.Dial(grpcW.Target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	proxyless := func(cctx context.Context) (string, error) { return conn.Call(cctx) }
+	testutil.Eventually(t, converge, poll, callOnce(proxyless, grpcID))
+
+	// Side by side: calls of both kinds alternate, all answered by the
+	// one server app.
+	before := grpcApp.Served()
+	const rounds = 10
+	for range rounds {
+		for _, call := range []func(context.Context) (string, error){viaEnvoy, proxyless} {
+			if err := callOnce(call, grpcID)(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := grpcApp.Served() - before; got != 2*rounds {
+		t.Errorf("the gRPC app served %d calls, want %d", got, 2*rounds)
+	}
+
+	// Neither server answers plaintext from outside the mesh.
+	outsider := framework.NewTestPod(t, net, framework.PodOptions{Name: "outsider"})
+	octx, ocancel := context.WithTimeout(ctx, 5*time.Second)
+	defer ocancel()
+	if id, _, err := framework.CallTCPEcho(octx, outsider, fmt.Sprintf("%s:%d", tcpSC.IP(), tcpW.TargetPort()), msg); err == nil {
+		t.Errorf("plaintext TCP to %s's inbound port answered by %q", tcpSC.Name(), id)
+	}
+	occ, err := framework.DialGRPCInPod(outsider, fmt.Sprintf("%s:%d", grpcSC.IP(), grpcW.TargetPort()), grpcW.Hostname().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer occ.Close()
+	if id, err := framework.CallEcho(octx, occ); err == nil {
+		t.Errorf("plaintext gRPC to %s's inbound port answered by %q", grpcSC.Name(), id)
+	}
+
+	// Every Envoy took every resource: nothing NACKed (tcp_proxy, HTTP/2
+	// clusters and the TLS contexts included), every type ACKed, and no
+	// cluster left warming. A cluster changes when its first endpoint's
+	// service account adds a SAN to match; if the hub's EDS update of
+	// the same change reaches Envoy before the CDS update, the new
+	// cluster warms for a ClusterLoadAssignment that never comes, and
+	// Envoy withholds its CDS ACK (proxy-status: cds STALE).
+	testutil.Eventually(t, converge, poll, func() error {
+		for _, s := range []*framework.Sidecar{cl, grpcSC, tcpSC} {
+			cfg, err := s.DynamicConfig(ctx)
+			if err != nil {
+				return err
+			}
+			if len(cfg.WarmingClusters) > 0 {
+				return fmt.Errorf("%s: clusters %v still warming", s.Name(), cfg.WarmingClusters)
+			}
+		}
+		return allSynced(t, hub, cl, grpcSC, tcpSC)
+	})
+}
+
+// inboundHandshakes returns Envoy's count of TLS handshakes on the inbound
+// listener <pod IP>_<port> of s (stat listener.<ip>_<port>.ssl.handshake,
+// which Envoy keeps only with handshakeStats: Istio's bootstrap records
+// few stats unless proxyStatsMatcher includes them).
+func inboundHandshakes(ctx context.Context, s *framework.Sidecar, port uint16) (int, error) {
+	stat := fmt.Sprintf("listener.%s_%d.ssl.handshake", s.IP(), port)
+	b, err := s.Admin(ctx, "/stats?filter="+url.QueryEscape("^"+regexp.QuoteMeta(stat)+"$"))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), stat+": "); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("%s: no stat %s in %q", s.Name(), stat, b)
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/netip"
@@ -488,17 +487,8 @@ func (p *heapPlan) createPod(ctx context.Context, c client.Client, node string, 
 func (p *heapPlan) createService(ctx context.Context, r *framework.RemoteCluster, s int) error {
 	c := r.Client()
 	name := p.service(s)
-	appProtocol := "grpc"
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.ns, Name: name, Labels: map[string]string{"app": name}},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeClusterIP,
-			Ports: []corev1.ServicePort{{
-				Name: heapPortName, Port: heapPort, Protocol: corev1.ProtocolTCP,
-				AppProtocol: &appProtocol, TargetPort: intstr.FromInt32(heapPort),
-			}},
-		},
-	}
+	svc := benchService(p.ns, name, heapPortName, "grpc")
+	svc.Labels = map[string]string{"app": name}
 	if err := c.Create(ctx, svc); err != nil {
 		return fmt.Errorf("creating service %s: %w", name, err)
 	}
@@ -515,24 +505,47 @@ func (p *heapPlan) createService(ctx context.Context, r *framework.RemoteCluster
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: p.ns, Name: p.pod(s, i)},
 		}
 	}
-	portName, port, proto := heapPortName, int32(heapPort), corev1.ProtocolTCP
-	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: p.ns,
-			Name:      name + "-bench",
-			Labels: map[string]string{
-				discoveryv1.LabelServiceName: name,
-				discoveryv1.LabelManagedBy:   framework.ManagedByValue,
-			},
-		},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &port, Protocol: &proto, AppProtocol: &appProtocol}},
-		Endpoints:   eps,
-	}
+	es := benchSlice(svc, eps)
 	if err := c.Create(ctx, es); err != nil {
 		return fmt.Errorf("creating endpoint slice %s: %w", es.Name, err)
 	}
 	return nil
+}
+
+// benchService is a ClusterIP Service with one TCP port, heapPort, named
+// portName, of appProtocol.
+func benchService(ns, name, portName, appProtocol string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeClusterIP,
+			Ports: []corev1.ServicePort{{
+				Name: portName, Port: heapPort, Protocol: corev1.ProtocolTCP,
+				AppProtocol: &appProtocol, TargetPort: intstr.FromInt32(heapPort),
+			}},
+		},
+	}
+}
+
+// benchSlice is an EndpointSlice of svc (a benchService) holding eps, as
+// an EndpointSlice controller would write it; there is none in the fleet.
+func benchSlice(svc *corev1.Service, eps []discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	sp := svc.Spec.Ports[0]
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: svc.Namespace,
+			Name:      svc.Name + "-bench",
+			Labels: map[string]string{
+				discoveryv1.LabelServiceName: svc.Name,
+				discoveryv1.LabelManagedBy:   framework.ManagedByValue,
+			},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{{
+			Name: &sp.Name, Port: &sp.Port, Protocol: &sp.Protocol, AppProtocol: sp.AppProtocol,
+		}},
+		Endpoints: eps,
+	}
 }
 
 // ensureNode creates the cluster's Node with its locality labels, as
@@ -686,28 +699,7 @@ func hubMetric(ctx context.Context, hub *framework.Hub, name string) (float64, e
 }
 
 func monitoringGet(ctx context.Context, hub *framework.Hub, path string) ([]byte, error) {
-	return httpGetBody(ctx, hub.MonitoringURL()+path)
-}
-
-// httpGetBody returns the body of a 200 answer to GET url.
-func httpGetBody(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := monitoringClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: status %d: %s", url, resp.StatusCode, bytes.TrimSpace(body))
-	}
-	return body, nil
+	return framework.HTTPGet(ctx, monitoringClient, hub.MonitoringURL()+path, "")
 }
 
 // ---------------------------------------------------------------------------

@@ -11,12 +11,9 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,16 +21,9 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -41,9 +31,6 @@ import (
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
-
-// envEnvoyBin names the upstream Envoy 1.40 binary (`make envoy`).
-const envEnvoyBin = "MESHFED_ENVOY_BIN"
 
 const (
 	// mixServices is how many Services, one endpoint each, the mesh holds
@@ -90,10 +77,7 @@ func BenchmarkEnvoyVsProxyless(b *testing.B) {
 		// envtest's /24 service range holds fewer ClusterIPs than the mesh.
 		APIServerFlags: map[string]string{"service-cluster-ip-range": "10.0.0.0/16"},
 	})
-	envoy := os.Getenv(envEnvoyBin)
-	if envoy == "" {
-		b.Fatalf("%s is not set: run `make bench`, which installs upstream Envoy 1.40 (`make envoy`)", envEnvoyBin)
-	}
+	envoy := framework.TestEnvoyBinary(b)
 	ctx, cancel := context.WithTimeout(b.Context(), settleTimeout)
 	defer cancel()
 	r := f.Remotes()[0]
@@ -283,41 +267,18 @@ func loadMesh(ctx context.Context, r *framework.RemoteCluster, n int) error {
 func createMeshService(ctx context.Context, r *framework.RemoteCluster, s int) error {
 	c := r.Client()
 	name := mixService(s)
-	appProtocol := "http"
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: mixNamespace, Name: name},
-		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeClusterIP,
-			Ports: []corev1.ServicePort{{
-				Name: "http", Port: heapPort, Protocol: corev1.ProtocolTCP,
-				AppProtocol: &appProtocol, TargetPort: intstr.FromInt32(heapPort),
-			}},
-		},
-	}
+	svc := benchService(mixNamespace, name, "http", "http")
 	if err := c.Create(ctx, svc); err != nil {
 		return fmt.Errorf("creating service %s: %w", name, err)
 	}
 	node, zone := r.NodeName(), r.Locality.Zone
 	ready := true
-	portName, port, proto := "http", int32(heapPort), corev1.ProtocolTCP
-	es := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{
-			Namespace: mixNamespace,
-			Name:      name + "-bench",
-			Labels: map[string]string{
-				discoveryv1.LabelServiceName: name,
-				discoveryv1.LabelManagedBy:   framework.ManagedByValue,
-			},
-		},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &port, Protocol: &proto, AppProtocol: &appProtocol}},
-		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{netip.AddrFrom4([4]byte{10, 200, byte(s / 254), byte(s%254 + 1)}).String()},
-			Conditions: discoveryv1.EndpointConditions{Ready: &ready},
-			NodeName:   &node,
-			Zone:       &zone,
-		}},
-	}
+	es := benchSlice(svc, []discoveryv1.Endpoint{{
+		Addresses:  []string{netip.AddrFrom4([4]byte{10, 200, byte(s / 254), byte(s%254 + 1)}).String()},
+		Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+		NodeName:   &node,
+		Zone:       &zone,
+	}})
 	if err := c.Create(ctx, es); err != nil {
 		return fmt.Errorf("creating endpoint slice %s: %w", es.Name, err)
 	}
@@ -381,7 +342,7 @@ func (s *proxylessSet) report(context.Context, *testing.B, int) error { return n
 // documentation), and this shows what that costs the proxyless clients
 // of a hub that also serves Envoys.
 type envoySet struct {
-	envoys    []*benchEnvoy
+	envoys    []*framework.Envoy
 	bystander *framework.ADSWatcher
 	echo      string          // echo's cluster (and assignment) name
 	byLatency []time.Duration // the bystander's latency of each change
@@ -407,7 +368,11 @@ func (m *mix) connectEnvoys(b *testing.B, hub *framework.Hub) mixClientSet {
 				ClusterID: m.remote.ID, Namespace: envoyNamespace, InterceptionMode: string(xdsgen.InterceptNone),
 			}.Struct(),
 		}
-		s.envoys = append(s.envoys, startBenchEnvoy(b, m.envoy, "envoy-"+strconv.Itoa(i), envoyBootstrap(node, xds)))
+		// One worker each: mixClients Envoys share the benchmark's 2 cores.
+		s.envoys = append(s.envoys, framework.StartTestEnvoy(b, framework.EnvoyOptions{
+			Binary: m.envoy, Name: "envoy-" + strconv.Itoa(i), Bootstrap: envoyBootstrap(node, xds),
+			LogLevel: "warn", Concurrency: 1,
+		}))
 	}
 	s.bystander = framework.NewTestADSWatcher(b, hub.XDSAddr(), watcherNode(m.remote, "bystander"))
 	if err := s.bystander.WatchEDS(s.echo); err != nil {
@@ -420,13 +385,13 @@ func (s *envoySet) synced(ctx context.Context) error {
 	var rejected error // a NACK: stop waiting
 	err := testutil.Poll(ctx, settleTimeout, 100*time.Millisecond, func() error {
 		for i, e := range s.envoys {
-			st, err := e.stats(ctx, `^(cluster_manager\.(active|warming)_clusters|(cluster_manager\.cds|listener_manager\.lds)\.update_rejected)$`)
+			st, err := envoyStats(ctx, e, `^(cluster_manager\.(active|warming)_clusters|(cluster_manager\.cds|listener_manager\.lds)\.update_rejected)$`)
 			if err != nil {
 				return fmt.Errorf("envoy %d: %w", i, err)
 			}
 			for _, k := range []string{"cluster_manager.cds.update_rejected", "listener_manager.lds.update_rejected"} {
 				if st[k] != 0 {
-					rejected = fmt.Errorf("envoy %d: %s = %d (its log: %s)", i, k, st[k], e.logPath)
+					rejected = fmt.Errorf("envoy %d: %s = %d (its log: %s)", i, k, st[k], e.LogPath())
 					return nil
 				}
 			}
@@ -446,7 +411,7 @@ func (s *envoySet) await(ctx context.Context, since time.Time, check func(*endpo
 	last := errors.New("no admin answer yet")
 	for {
 		t0 := time.Now()
-		cla, err := s.envoys[0].assignment(ctx, s.echo)
+		cla, err := envoyAssignment(ctx, s.envoys[0], s.echo)
 		now := time.Now()
 		s.polls = append(s.polls, now.Sub(t0))
 		if err == nil {
@@ -482,11 +447,11 @@ func (s *envoySet) awaitBystander(ctx context.Context, since time.Time, check fu
 func (s *envoySet) report(ctx context.Context, b *testing.B, changes int) error {
 	var rss, allocated float64
 	for i, e := range s.envoys {
-		r, err := e.rss()
+		r, err := processRSS(e.Pid())
 		if err != nil {
 			return fmt.Errorf("envoy %d: %w", i, err)
 		}
-		a, err := e.allocated(ctx)
+		a, err := envoyAllocated(ctx, e)
 		if err != nil {
 			return fmt.Errorf("envoy %d: %w", i, err)
 		}
@@ -504,120 +469,30 @@ func (s *envoySet) report(ctx context.Context, b *testing.B, changes int) error 
 }
 
 // envoyBootstrap is the bootstrap of an Envoy whose whole configuration
-// comes over ADS from the hub at xds (plaintext), as node; its admin
-// listens on an ephemeral loopback port.
+// comes over ADS from the hub at xds (plaintext), as node.
 func envoyBootstrap(node *corev3.Node, xds netip.AddrPort) *bootstrapv3.Bootstrap {
 	ads := &corev3.ConfigSource{
 		ResourceApiVersion:    corev3.ApiVersion_V3,
 		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
 	}
+	adsConfig := framework.ADSConfig("xds-grpc")
+	adsConfig.SetNodeOnFirstMessageOnly = true
 	return &bootstrapv3.Bootstrap{
 		Node: node,
-		Admin: &bootstrapv3.Admin{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-			Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 0},
-		}}}},
-		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{{
-			Name:                          "xds-grpc",
-			ClusterDiscoveryType:          &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC},
-			ConnectTimeout:                durationpb.New(time.Second),
-			TypedExtensionProtocolOptions: http2Options(),
-			LoadAssignment: &endpointv3.ClusterLoadAssignment{
-				ClusterName: "xds-grpc",
-				Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
-					HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-						Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-							Address: xds.Addr().String(), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(xds.Port())},
-						}}},
-					}},
-				}}}},
-			},
-		}}},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{
+			framework.GRPCCluster("xds-grpc", framework.SocketAddress(xds.Addr().String(), uint32(xds.Port()))),
+		}},
 		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
-			AdsConfig: &corev3.ApiConfigSource{
-				ApiType:                   corev3.ApiConfigSource_GRPC,
-				TransportApiVersion:       corev3.ApiVersion_V3,
-				SetNodeOnFirstMessageOnly: true,
-				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
-					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: "xds-grpc"},
-				}}},
-			},
+			AdsConfig: adsConfig,
 			LdsConfig: ads,
 			CdsConfig: ads,
 		},
 	}
 }
 
-// http2Options makes a cluster speak HTTP/2, as gRPC needs.
-func http2Options() map[string]*anypb.Any {
-	a, err := anypb.New(&httpv3.HttpProtocolOptions{
-		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
-		}},
-	})
-	if err != nil {
-		panic(err)
-	}
-	return map[string]*anypb.Any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": a}
-}
-
-// benchEnvoy is a running Envoy process and its admin address.
-type benchEnvoy struct {
-	cmd     *exec.Cmd
-	admin   string // http://127.0.0.1:<port>
-	logPath string
-}
-
-// startBenchEnvoy runs Envoy on bs until b ends, with one worker thread
-// and without hot restart (so no shared memory: many run side by side).
-// It returns once the admin listens; the log is shown when b fails.
-func startBenchEnvoy(b *testing.B, bin, name string, bs *bootstrapv3.Bootstrap) *benchEnvoy {
-	b.Helper()
-	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(bs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	path := filepath.Join(dir, "bootstrap.pb")
-	if err := os.WriteFile(path, raw, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	e := &benchEnvoy{logPath: filepath.Join(dir, "envoy.log")}
-	adminPath := filepath.Join(dir, "admin.addr")
-	e.cmd = exec.Command(bin, "-c", path, "--disable-hot-restart", "--concurrency", "1",
-		"--log-level", "warn", "--log-path", e.logPath, "--admin-address-path", adminPath)
-	// The Envoys must not outlive a killed benchmark.
-	e.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := e.cmd.Start(); err != nil {
-		b.Fatalf("start %s: %v", name, err)
-	}
-	b.Cleanup(func() {
-		_ = e.cmd.Process.Kill()
-		_ = e.cmd.Wait()
-		if b.Failed() {
-			log, _ := os.ReadFile(e.logPath)
-			b.Logf("%s log:\n%s", name, log)
-		}
-	})
-	if err := testutil.Poll(b.Context(), settleTimeout, 20*time.Millisecond, func() error {
-		addr, err := os.ReadFile(adminPath)
-		if err != nil || len(strings.TrimSpace(string(addr))) == 0 {
-			return fmt.Errorf("%s has not written its admin address", name)
-		}
-		e.admin = "http://" + strings.TrimSpace(string(addr))
-		return nil
-	}); err != nil {
-		b.Fatal(err)
-	}
-	return e
-}
-
-func (e *benchEnvoy) get(ctx context.Context, path string) ([]byte, error) {
-	return httpGetBody(ctx, e.admin+path)
-}
-
-// stats returns Envoy's counters and gauges whose names match re.
-func (e *benchEnvoy) stats(ctx context.Context, re string) (map[string]int, error) {
-	body, err := e.get(ctx, "/stats?filter="+url.QueryEscape(re))
+// envoyStats returns e's counters and gauges whose names match re.
+func envoyStats(ctx context.Context, e *framework.Envoy, re string) (map[string]int, error) {
+	body, err := e.Admin(ctx, "/stats?filter="+url.QueryEscape(re))
 	if err != nil {
 		return nil, err
 	}
@@ -635,10 +510,10 @@ func (e *benchEnvoy) stats(ctx context.Context, re string) (map[string]int, erro
 	return out, sc.Err()
 }
 
-// assignment returns the load assignment Envoy holds for cluster name,
+// envoyAssignment returns the load assignment e holds for cluster name,
 // from its admin /config_dump.
-func (e *benchEnvoy) assignment(ctx context.Context, name string) (*endpointv3.ClusterLoadAssignment, error) {
-	body, err := e.get(ctx, "/config_dump?resource=dynamic_endpoint_configs&include_eds&name_regex="+
+func envoyAssignment(ctx context.Context, e *framework.Envoy, name string) (*endpointv3.ClusterLoadAssignment, error) {
+	body, err := e.Admin(ctx, "/config_dump?resource=dynamic_endpoint_configs&include_eds&name_regex="+
 		url.QueryEscape("^"+regexp.QuoteMeta(name)+"$"))
 	if err != nil {
 		return nil, err
@@ -661,9 +536,10 @@ func (e *benchEnvoy) assignment(ctx context.Context, name string) (*endpointv3.C
 	return cla, nil
 }
 
-// rss returns the process's resident set size, from /proc/<pid>/status.
-func (e *benchEnvoy) rss() (uint64, error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.cmd.Process.Pid))
+// processRSS returns process pid's resident set size, from
+// /proc/<pid>/status.
+func processRSS(pid int) (uint64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
@@ -676,10 +552,10 @@ func (e *benchEnvoy) rss() (uint64, error) {
 	return 0, errors.New("no VmRSS in /proc status")
 }
 
-// allocated returns the bytes Envoy's allocator reports in use (admin
+// envoyAllocated returns the bytes e's allocator reports in use (admin
 // /memory "allocated").
-func (e *benchEnvoy) allocated(ctx context.Context) (uint64, error) {
-	body, err := e.get(ctx, "/memory")
+func envoyAllocated(ctx context.Context, e *framework.Envoy) (uint64, error) {
+	body, err := e.Admin(ctx, "/memory")
 	if err != nil {
 		return 0, err
 	}

@@ -13,6 +13,8 @@
 //   - XDSClient: a proxyless grpc-go xDS client with its own node identity,
 //     resolving xds:/// targets through the hub and sending real RPCs.
 //   - ADSWatcher: a raw ADS stream for measuring EDS push latency.
+//   - PodNetwork, Pod and Sidecar: network namespaces on a bridge, and
+//     Istio's pilot-agent + Envoy running in them (see Pods).
 //
 // # Walk-through
 //
@@ -70,6 +72,48 @@
 // DialPod, which does the swap, so the Pod IPs the hub hands out reach the
 // right server. All replicas of a workload share one target port, chosen
 // free when the workload is deployed.
+//
+// # Pods
+//
+// Envoy sidecars bind fixed ports (15000, 15020, 15021, 15090, …), so each
+// needs a network namespace of its own. A PodNetwork is a bridge in the
+// host namespace with the gateway address 198.18.0.1 out of 198.18.0.0/15
+// (RFC 2544's benchmark range: not loopback, so the apiserver takes it in
+// EndpointSlices, and never routed off the machine); each Pod is a
+// network namespace joined to it by a veth, with the next address
+// 198.18.A.B. Pod.Dial, Pod.Listen and Pod.HTTPClient make sockets inside
+// the Pod, so apps served by the test process (StartHTTPEcho,
+// StartTCPEcho, StartGRPCEcho) listen on the Pod's loopback as a Pod's app
+// container would, and clients call from inside it. The host reaches Pod
+// addresses over the bridge, so a proxyless XDSClient of the test process
+// reaches sidecar Pods directly. One pod network exists per machine at a
+// time (an flock; a second waits), and it needs root.
+//
+// A Sidecar is the spoke injector's real output for a Pod (the sidecar
+// template rendered through spoke/inject) run outside a kubelet: the Pod
+// object with its status, the projected token and CA roots at the
+// template's mount paths, and pilot-agent, driving upstream Envoy, in the
+// Pod's namespace with INTERCEPTION_MODE NONE (no iptables: Envoy binds
+// 127.0.0.1:<service port> outbound and <Pod IP>:<target port> inbound).
+// With SidecarOptions.Workload the Pod becomes an endpoint of that
+// workload (deploy it with zero replicas). StartTestSidecar reads
+// MESHFED_ENVOY_BIN and MESHFED_PILOT_AGENT_BIN (the bootstrap template
+// lies next to pilot-agent). The hub must listen on the gateway
+// (HubOptions.ListenHost). Create the network before the fleet, so that
+// cleanups, which run last-in first-out, remove it last, after the
+// sidecars and the hub:
+//
+//	net := framework.NewTestPodNetwork(t)
+//	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: framework.Remotes(1)})
+//	err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...)
+//	hub := framework.StartTestHub(t, f, framework.HubOptions{ListenHost: net.Gateway().String()})
+//	pod := framework.NewTestPod(t, net, framework.PodOptions{Name: "client"})
+//	sc := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+//		Cluster: f.Remotes()[0], Pod: pod, Hub: hub, Name: "client-0", Namespace: "demo"})
+//	err = sc.WaitReady(ctx) // Envoy has its first listeners and clusters
+//
+// Sidecar.Admin, DynamicConfig and ClusterPriorities read Envoy's admin
+// interface; WorkloadCertificate asks pilot-agent's SDS socket.
 //
 // # Processes
 //

@@ -428,18 +428,8 @@ func (s *Sidecar) createPod(ctx context.Context, pod *corev1.Pod) error {
 	if err := c.Create(ctx, obj); err != nil {
 		return fmt.Errorf("framework: creating pod %s/%s in %s: %w", s.opts.Namespace, s.opts.Name, s.opts.Cluster.ID, err)
 	}
-	now := metav1.Now()
-	obj.Status = corev1.PodStatus{
-		Phase: corev1.PodRunning, PodIP: status.PodIP, PodIPs: []corev1.PodIP{{IP: status.PodIP}},
-		HostIP: status.HostIP, StartTime: &now,
-		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		},
-	}
-	if err := c.Status().Update(ctx, obj); err != nil {
-		return fmt.Errorf("framework: setting status of pod %s/%s: %w", s.opts.Namespace, s.opts.Name, err)
+	if err := setPodRunning(ctx, c, obj, status.PodIP, status.HostIP); err != nil {
+		return fmt.Errorf("framework: pod in %s: %w", s.opts.Cluster.ID, err)
 	}
 	s.spec = obj
 	return nil
@@ -469,6 +459,9 @@ func (s *Sidecar) addEndpoint(ctx context.Context) error {
 
 // IP returns the Pod's IP.
 func (s *Sidecar) IP() netip.Addr { return s.opts.Pod.IP() }
+
+// Cluster returns the remote cluster the Pod lives in.
+func (s *Sidecar) Cluster() *RemoteCluster { return s.opts.Cluster }
 
 // Pod returns the Pod the sidecar runs in.
 func (s *Sidecar) Pod() *Pod { return s.opts.Pod }

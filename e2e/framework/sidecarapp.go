@@ -11,7 +11,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // The applications of sidecar Pods: servers of the test process listening
@@ -151,4 +155,41 @@ func CallTCPEcho(ctx context.Context, pod *Pod, addr, msg string) (identity, ech
 		return "", "", errors.Join(fmt.Errorf("framework: tcp echo %s: echo", addr), err)
 	}
 	return identity[:len(identity)-1], string(buf), nil
+}
+
+// StartGRPCEcho serves the echo service (see EchoServer) on addr (IP
+// literal and port) in pod: the gRPC app of a sidecar Pod.
+func StartGRPCEcho(ctx context.Context, pod *Pod, addr, identity string) (*EchoServer, error) {
+	l, err := pod.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("framework: grpc echo %s: %w", identity, err)
+	}
+	ap, err := netip.ParseAddrPort(l.Addr().String())
+	if err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("framework: grpc echo address: %w", err)
+	}
+	gs := grpc.NewServer()
+	s := &EchoServer{identity: identity, addr: ap, srv: gs, done: make(chan struct{})}
+	gs.RegisterService(newEchoServiceDesc(), s)
+	go func() {
+		defer close(s.done)
+		_ = gs.Serve(l)
+	}()
+	return s, nil
+}
+
+// DialGRPCInPod makes a plaintext gRPC channel from inside pod whose
+// connections all go to addr (IP literal and port, e.g. the Pod's Envoy on
+// 127.0.0.1:<service port>) and whose :authority is authority
+// (<host>:<port>, which Envoy's route matches), as an app calls a
+// service through its sidecar.
+func DialGRPCInPod(pod *Pod, addr, authority string) (*grpc.ClientConn, error) {
+	dial := func(ctx context.Context, _ string) (net.Conn, error) { return pod.Dial(ctx, "tcp", addr) }
+	cc, err := grpc.NewClient("passthrough:///"+authority,
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dial))
+	if err != nil {
+		return nil, fmt.Errorf("framework: grpc channel to %s in pod %s: %w", authority, pod.IP(), err)
+	}
+	return cc, nil
 }

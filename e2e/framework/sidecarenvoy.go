@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -67,14 +68,47 @@ func (s *Sidecar) Clusters(ctx context.Context) ([]byte, error) {
 	return s.Admin(ctx, "/clusters?format=json")
 }
 
+// ClusterPriorities reads Envoy's /clusters (text form, which prints a
+// "<cluster>::<host:port>::priority::<n>" line per host) and maps every
+// host of cluster to its priority: 0 for the locality Envoy prefers, then
+// 1, 2, … as the hub's EDS assigned them.
+func (s *Sidecar) ClusterPriorities(ctx context.Context, cluster string) (map[string]int, error) {
+	b, err := s.Admin(ctx, "/clusters")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for line := range strings.Lines(string(b)) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), cluster+"::")
+		if !ok {
+			continue
+		}
+		host, prio, ok := strings.Cut(rest, "::priority::")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(prio)
+		if err != nil {
+			return nil, fmt.Errorf("framework: /clusters of %s: priority of %s: %w", s.opts.Name, host, err)
+		}
+		out[host] = n
+	}
+	return out, nil
+}
+
 // EnvoyConfig names what Envoy's /config_dump holds from xDS: the active
-// listeners, clusters and routes (static ones of the bootstrap excluded).
+// listeners, clusters and routes (static ones of the bootstrap excluded),
+// and the clusters still warming: an added or changed EDS cluster warms
+// until the control plane sends its ClusterLoadAssignment, even an
+// unchanged one, and Envoy keeps using the old version meanwhile.
 type EnvoyConfig struct {
 	Listeners, Clusters, Routes []string
+	WarmingClusters             []string
 }
 
 // DynamicConfig reads /config_dump and lists the names of the listeners,
-// clusters and route configurations Envoy took from the hub, sorted.
+// clusters (active and warming) and route configurations Envoy took from
+// the hub, sorted.
 func (s *Sidecar) DynamicConfig(ctx context.Context) (*EnvoyConfig, error) {
 	b, err := s.ConfigDump(ctx)
 	if err != nil {
@@ -92,6 +126,11 @@ func (s *Sidecar) DynamicConfig(ctx context.Context) (*EnvoyConfig, error) {
 					Name string `json:"name"`
 				} `json:"cluster"`
 			} `json:"dynamic_active_clusters"`
+			Warming []struct {
+				Cluster struct {
+					Name string `json:"name"`
+				} `json:"cluster"`
+			} `json:"dynamic_warming_clusters"`
 			Routes []struct {
 				Route struct {
 					Name string `json:"name"`
@@ -110,6 +149,9 @@ func (s *Sidecar) DynamicConfig(ctx context.Context) (*EnvoyConfig, error) {
 		for _, cl := range c.Clusters {
 			out.Clusters = append(out.Clusters, cl.Cluster.Name)
 		}
+		for _, cl := range c.Warming {
+			out.WarmingClusters = append(out.WarmingClusters, cl.Cluster.Name)
+		}
 		for _, r := range c.Routes {
 			out.Routes = append(out.Routes, r.Route.Name)
 		}
@@ -117,6 +159,7 @@ func (s *Sidecar) DynamicConfig(ctx context.Context) (*EnvoyConfig, error) {
 	slices.Sort(out.Listeners)
 	slices.Sort(out.Clusters)
 	slices.Sort(out.Routes)
+	slices.Sort(out.WarmingClusters)
 	return out, nil
 }
 

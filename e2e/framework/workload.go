@@ -39,6 +39,10 @@ type WorkloadOptions struct {
 	ServicePort uint32
 	// PortName names the service port. Default "grpc".
 	PortName string
+	// AppProtocol is the appProtocol of the Service port and the
+	// EndpointSlice port, which selects the protocol Envoy sidecars speak
+	// (grpc, http, http2, tcp). Default "grpc".
+	AppProtocol string
 	// ServiceAccount runs the Pods. Default: the service name.
 	ServiceAccount string
 	// Replicas is the initial number of replicas; zero is allowed.
@@ -83,6 +87,9 @@ func (o *WorkloadOptions) defaults() error {
 	}
 	if o.PortName == "" {
 		o.PortName = "grpc"
+	}
+	if o.AppProtocol == "" {
+		o.AppProtocol = "grpc"
 	}
 	if o.ServiceAccount == "" {
 		o.ServiceAccount = o.Service
@@ -134,7 +141,7 @@ type Workload struct {
 
 // DeployWorkload creates, in the cluster: the namespace, the cluster's Node
 // (labelled with its locality), a ServiceAccount, a Service with one port
-// (appProtocol grpc), one Pod per replica with its status.podIP set, and one
+// (appProtocol as the options say), one Pod per replica with its status.podIP set, and one
 // EndpointSlice naming every replica as ready. There is no controller
 // manager in the fleet, so the framework keeps that EndpointSlice itself.
 // Each replica is a real echo server with its own Pod IP 10.X.A.B,
@@ -169,7 +176,7 @@ func (r *RemoteCluster) DeployWorkload(ctx context.Context, opts WorkloadOptions
 	}
 	w.replicas = added
 
-	appProtocol := "grpc"
+	appProtocol := opts.AppProtocol
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: opts.Namespace, Name: opts.Service, Labels: map[string]string{"app": opts.Service}},
 		Spec: corev1.ServiceSpec{
@@ -221,7 +228,7 @@ func (w *Workload) errorf(format string, args ...any) error {
 func (w *Workload) port() uint16 { return w.targetPort }
 
 func (w *Workload) slicePort() discoveryv1.EndpointPort {
-	name, port, proto, app := w.opts.PortName, int32(w.targetPort), corev1.ProtocolTCP, "grpc"
+	name, port, proto, app := w.opts.PortName, int32(w.targetPort), corev1.ProtocolTCP, w.opts.AppProtocol
 	return discoveryv1.EndpointPort{Name: &name, Port: &port, Protocol: &proto, AppProtocol: &app}
 }
 
@@ -413,21 +420,33 @@ func (w *Workload) createPods(ctx context.Context, rs []*replica) error {
 			return w.errorf("creating pod %s: %w", rep.pod, err)
 		}
 		rep.uid = pod.UID
-		now := metav1.Now()
-		pod.Status = corev1.PodStatus{
-			Phase:     corev1.PodRunning,
-			PodIP:     ip,
-			PodIPs:    []corev1.PodIP{{IP: ip}},
-			StartTime: &now,
-			Conditions: []corev1.PodCondition{
-				{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			},
+		if err := setPodRunning(ctx, c, pod, ip, ""); err != nil {
+			return w.errorf("%w", err)
 		}
-		if err := c.Status().Update(ctx, pod); err != nil {
-			return w.errorf("setting status of pod %s: %w", rep.pod, err)
-		}
+	}
+	return nil
+}
+
+// setPodRunning sets the status of pod, just created, as the kubelet
+// would once its containers run: Running and Ready with the Pod's IP (and
+// the node's, hostIP, when set). There is no kubelet in the fleet, and the
+// spoke and the hub read Pods by their status.
+func setPodRunning(ctx context.Context, c client.Client, pod *corev1.Pod, podIP, hostIP string) error {
+	now := metav1.Now()
+	pod.Status = corev1.PodStatus{
+		Phase:     corev1.PodRunning,
+		PodIP:     podIP,
+		PodIPs:    []corev1.PodIP{{IP: podIP}},
+		HostIP:    hostIP,
+		StartTime: &now,
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		},
+	}
+	if err := c.Status().Update(ctx, pod); err != nil {
+		return fmt.Errorf("setting status of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
 }
