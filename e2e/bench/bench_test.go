@@ -465,23 +465,7 @@ func (p *heapPlan) createPod(ctx context.Context, c client.Client, node string, 
 	if err := c.Create(ctx, pod); err != nil {
 		return fmt.Errorf("creating pod %s: %w", pod.Name, err)
 	}
-	ip := p.podIP(s, i).String()
-	now := metav1.Now()
-	pod.Status = corev1.PodStatus{
-		Phase:     corev1.PodRunning,
-		PodIP:     ip,
-		PodIPs:    []corev1.PodIP{{IP: ip}},
-		StartTime: &now,
-		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		},
-	}
-	if err := c.Status().Update(ctx, pod); err != nil {
-		return fmt.Errorf("setting status of pod %s: %w", pod.Name, err)
-	}
-	return nil
+	return framework.SetPodRunning(ctx, c, pod, p.podIP(s, i).String(), "")
 }
 
 func (p *heapPlan) createService(ctx context.Context, r *framework.RemoteCluster, s int) error {

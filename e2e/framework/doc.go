@@ -115,6 +115,14 @@
 // Sidecar.Admin, DynamicConfig and ClusterPriorities read Envoy's admin
 // interface; WorkloadCertificate asks pilot-agent's SDS socket.
 //
+// An Envoy (StartEnvoy, StartTestEnvoy) is upstream Envoy on a bootstrap
+// of the test's own, without pilot-agent or a Pod, for benchmarks and for
+// checks of generated resources; ValidateEnvoy runs `envoy --mode
+// validate` on a bootstrap. SocketAddress, GRPCCluster, ADSConfig and
+// HTTP2ProtocolOptions build such bootstraps. StartEnvoy returns once the
+// admin answers: Envoy writes its admin address before it builds the
+// bootstrap's clusters, so the file alone does not say it took them.
+//
 // # Processes
 //
 // etcd, kube-apiserver and hub processes are children of the test process.

@@ -428,7 +428,7 @@ func (s *Sidecar) createPod(ctx context.Context, pod *corev1.Pod) error {
 	if err := c.Create(ctx, obj); err != nil {
 		return fmt.Errorf("framework: creating pod %s/%s in %s: %w", s.opts.Namespace, s.opts.Name, s.opts.Cluster.ID, err)
 	}
-	if err := setPodRunning(ctx, c, obj, status.PodIP, status.HostIP); err != nil {
+	if err := SetPodRunning(ctx, c, obj, status.PodIP, status.HostIP); err != nil {
 		return fmt.Errorf("framework: pod in %s: %w", s.opts.Cluster.ID, err)
 	}
 	s.spec = obj

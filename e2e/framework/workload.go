@@ -420,18 +420,18 @@ func (w *Workload) createPods(ctx context.Context, rs []*replica) error {
 			return w.errorf("creating pod %s: %w", rep.pod, err)
 		}
 		rep.uid = pod.UID
-		if err := setPodRunning(ctx, c, pod, ip, ""); err != nil {
+		if err := SetPodRunning(ctx, c, pod, ip, ""); err != nil {
 			return w.errorf("%w", err)
 		}
 	}
 	return nil
 }
 
-// setPodRunning sets the status of pod, just created, as the kubelet
+// SetPodRunning sets the status of pod, just created, as the kubelet
 // would once its containers run: Running and Ready with the Pod's IP (and
 // the node's, hostIP, when set). There is no kubelet in the fleet, and the
 // spoke and the hub read Pods by their status.
-func setPodRunning(ctx context.Context, c client.Client, pod *corev1.Pod, podIP, hostIP string) error {
+func SetPodRunning(ctx context.Context, c client.Client, pod *corev1.Pod, podIP, hostIP string) error {
 	now := metav1.Now()
 	pod.Status = corev1.PodStatus{
 		Phase:     corev1.PodRunning,
