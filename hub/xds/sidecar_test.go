@@ -176,11 +176,11 @@ func TestEnvoyNodeRefused(t *testing.T) {
 	}
 }
 
-// TestSidecarReplannedOnlyWhenItChanges: an endpoint change that keeps
-// every service's shape and the pod's own ports writes nothing to an Envoy
-// sidecar's listeners and clusters (only load assignments change); a new
-// service port, or the pod's own endpoint going, does.
-func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
+// planFixture is a store holding echo with one endpoint at 10.0.0.5 in
+// c1, a groupCache over it with an Envoy node attached (a pod of c1 at ip),
+// and the function that replaces c1's shards.
+func planFixture(t *testing.T, opts xdsgen.Options, ip string) (*store.Store, *groupCache, *corev3.Node, func(map[model.Hostname]*model.ServiceShard)) {
+	t.Helper()
 	st := store.New(store.Options{Self: "test"})
 	write := func(sh map[model.Hostname]*model.ServiceShard) {
 		t.Helper()
@@ -189,14 +189,24 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 		}
 	}
 	write(shard("c1", "r1", "10.0.0.5"))
-	c := newGroupCache(xdsgen.Options{}, st.Services, newMetrics(nil))
-	c.attach(streamKey{false, 1}, envoyNode("10.0.0.5", "echo-1", "c1", "NONE"))
+	c := newGroupCache(opts, st.Services, newMetrics(nil))
+	node := envoyNode(ip, "pod-"+ip, "c1", "NONE")
+	c.attach(streamKey{false, 1}, node)
+	return st, c, node, write
+}
+
+// TestSidecarReplannedOnlyWhenItChanges: an endpoint change that keeps
+// every service's shape and the pod's own ports writes nothing to an Envoy
+// sidecar's listeners and clusters (only load assignments change); a new
+// service port, or the pod's own endpoint going, does.
+func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
+	st, c, node, write := planFixture(t, xdsgen.Options{}, "10.0.0.5")
 	c.plan([]model.Hostname{echo}, st.Service) // the first push records the shapes
 	sidecarWrites := func() map[string][]string {
 		got := map[string][]string{}
 		for _, w := range c.plan([]model.Hostname{echo}, st.Service) {
 			for _, typeURL := range sidecarTypes {
-				if w.cache == c.sidecars[envoyNode("10.0.0.5", "echo-1", "c1", "NONE").GetId()].caches[typeURL].lc {
+				if w.cache == c.sidecars[node.GetId()].caches[typeURL].lc {
 					for name := range w.Upsert {
 						got[typeURL] = append(got[typeURL], name)
 					}
@@ -207,7 +217,7 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 		return got
 	}
 
-	sc := c.sidecars[envoyNode("10.0.0.5", "echo-1", "c1", "NONE").GetId()]
+	sc := c.sidecars[node.GetId()]
 	before := sc.replans
 	write(shard("c1", "r1", "10.0.0.5", "10.0.0.6"))
 	if got := sidecarWrites(); len(got) != 0 {
@@ -239,17 +249,7 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 // after that cluster, the assignment to the sidecar's group once more,
 // even though the assignment itself did not change.
 func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
-	st := store.New(store.Options{Self: "test"})
-	write := func(sh map[model.Hostname]*model.ServiceShard) {
-		t.Helper()
-		if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), sh); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(shard("c1", "r1", "10.0.0.5"))
-	c := newGroupCache(xdsgen.Options{Security: true}, st.Services, newMetrics(nil))
-	node := envoyNode("10.0.0.9", "client", "c1", "NONE")
-	c.attach(streamKey{false, 1}, node)
+	st, c, node, write := planFixture(t, xdsgen.Options{Security: true}, "10.0.0.9")
 	if _, err := c.pick(resourcev3.EndpointType, node); err != nil { // the group's assignments, as the stream asks
 		t.Fatal(err)
 	}
