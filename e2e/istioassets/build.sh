@@ -50,7 +50,10 @@ trap 'rm -rf "$tmpdir"' EXIT
 # Istio stamps its version through istio.io/istio/pkg/version; the agent
 # reports it to the control plane (ISTIO_VERSION), so give it the one Istio's
 # own Makefile would: the module's VERSION file plus "-dev".
+# `go list -m` names the module's directory only once it is downloaded.
+(cd "$here" && go mod download istio.io/istio)
 istio_dir="$(cd "$here" && go list -m -f '{{.Dir}}' istio.io/istio)"
+[[ -f "$istio_dir/VERSION" ]] || { echo "istio-assets: no VERSION file in istio.io/istio at '$istio_dir'" >&2; exit 1; }
 istio_version="$(cat "$istio_dir/VERSION")-dev"
 ldflags="-s -w -X istio.io/istio/pkg/version.buildVersion=$istio_version -X istio.io/istio/pkg/version.buildStatus=Clean"
 start=$SECONDS
