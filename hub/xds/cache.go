@@ -144,10 +144,11 @@ func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) bool {
 
 // planSidecarsLocked returns the writes that bring Envoy sidecars' caches
 // up to date after a push, given the push's planned load-assignment
-// changes; reshaped says whether a service's shape changed. When none did (endpoints moved, the common case), only the
-// sidecars whose pods started or stopped serving a port are regenerated;
-// otherwise every sidecar's listeners and clusters are, from all
-// services, and the shared routes.
+// changes; reshaped says whether a service's shape changed. When none did
+// (endpoints moved, the common case), only the sidecars whose pods started
+// or stopped serving a port are regenerated; otherwise every sidecar's
+// listeners and clusters are, from all services, and the shared routes.
+// The load assignments of the EDS clusters written anew follow them.
 func (c *groupCache) planSidecarsLocked(reshaped bool, planned map[xdsgen.ProxyGroup]xdsgen.Changes) []write {
 	if len(c.sidecars) == 0 {
 		return nil
@@ -167,10 +168,9 @@ func (c *groupCache) planSidecarsLocked(reshaped bool, planned map[xdsgen.ProxyG
 		}
 		for _, w := range sc.replan(services, in, c.opts) {
 			out = append(out, w)
-			if w.typeURL != resourcev3.ClusterType {
-				continue
+			if w.typeURL == resourcev3.ClusterType {
+				warm[sc.group] = append(warm[sc.group], warmedBy(w)...)
 			}
-			warm[sc.group] = append(warm[sc.group], warmedBy(w)...)
 		}
 	}
 	return append(out, c.rewarmLocked(warm, planned)...)
