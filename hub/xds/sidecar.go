@@ -12,7 +12,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -99,21 +98,8 @@ func newWritten(typeURL string, res []types.Resource) *written {
 // diff returns the write that turns what w holds into next, and records
 // next as written. Resources equal to those written are left out.
 func (w *written) diff(typeURL string, next []types.Resource) (write, bool) {
-	want := byName(next)
-	out := write{typeURL: typeURL, cache: w.lc, Changes: xdsgen.Changes{Upsert: map[string]types.Resource{}}}
-	for name, r := range want {
-		if old, ok := w.last[name]; !ok || !proto.Equal(old, r) {
-			out.Upsert[name] = r
-		}
-	}
-	for name := range w.last {
-		if _, ok := want[name]; !ok {
-			out.Delete = append(out.Delete, name)
-		}
-	}
-	sort.Strings(out.Delete)
-	w.last = want
-	return out, !out.Empty()
+	ch := xdsgen.Replace(w.last, byName(next))
+	return write{typeURL: typeURL, cache: w.lc, Changes: ch}, !ch.Empty()
 }
 
 func byName(res []types.Resource) map[string]types.Resource {

@@ -207,6 +207,24 @@ func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService
 	}
 }
 
+// Replace diffs next, the whole set of resources a cache should hold,
+// against written, what it holds: names missing from next are deleted,
+// resources equal to those written are left out. It records the result in
+// written and returns it. It is Plan's bookkeeping for callers that
+// regenerate a cache's whole content (the hub's per-sidecar caches).
+func Replace(written, next map[string]types.Resource) Changes {
+	u := pending{}
+	for n := range written {
+		if _, ok := next[n]; !ok {
+			u.del(n)
+		}
+	}
+	for n, r := range next {
+		u.put(n, r)
+	}
+	return commit(written, u)
+}
+
 // commit diffs u against written, the resources a cache holds, records the
 // result in written and returns it.
 func commit(written map[string]types.Resource, u pending) Changes {

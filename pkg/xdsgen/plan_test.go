@@ -365,3 +365,23 @@ func TestPlannerInbound(t *testing.T) {
 		t.Errorf("plan deleted the inbound listener: %v", got)
 	}
 }
+
+// TestReplace: a whole new set against what was written upserts only what
+// differs, deletes what is gone, and records the new set.
+func TestReplace(t *testing.T) {
+	a, b := wrapperspb.String("a"), wrapperspb.String("b")
+	written := map[string]types.Resource{"keep": a, "change": a, "gone": a}
+	got := Replace(written, map[string]types.Resource{"keep": proto.Clone(a), "change": b, "new": b})
+	if len(got.Upsert) != 2 || got.Upsert["change"] != b || got.Upsert["new"] != b {
+		t.Errorf("upserts %v, want change and new", got.Upsert)
+	}
+	if !slices.Equal(got.Delete, []string{"gone"}) {
+		t.Errorf("deletes %v, want [gone]", got.Delete)
+	}
+	if len(written) != 3 || written["change"] != b || written["gone"] != nil {
+		t.Errorf("written after: %v", written)
+	}
+	if again := Replace(written, map[string]types.Resource{"keep": a, "change": b, "new": b}); !again.Empty() {
+		t.Errorf("the same set again: %+v, want no change", again)
+	}
+}
