@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig/validate"
 	"github.com/meshfed/meshfed/spoke/webhook"
 )
 
@@ -26,7 +27,7 @@ func NewValidator(log logr.Logger) *Validator { return &Validator{log: log} }
 // being created or updated. Deletions and other operations are allowed.
 func (v *Validator) Admit(_ context.Context, req *admissionv1.AdmissionRequest) webhook.Response {
 	k := req.Kind
-	if k.Group != Group || !slices.Contains(Versions, k.Version) || newSpec(k.Kind) == nil {
+	if k.Group != validate.Group || !slices.Contains(validate.Versions, k.Version) || validate.NewSpec(k.Kind) == nil {
 		return webhook.Fail(http.StatusBadRequest, fmt.Errorf("validate: %s/%s %s is not validated here", k.Group, k.Version, k.Kind))
 	}
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
@@ -35,7 +36,7 @@ func (v *Validator) Admit(_ context.Context, req *admissionv1.AdmissionRequest) 
 	if req.SubResource != "" {
 		return webhook.Allow("subresource " + req.SubResource + " is not validated")
 	}
-	if errs := Object(k.Kind, req.Object.Raw); len(errs) > 0 {
+	if errs := validate.Object(k.Kind, req.Object.Raw); len(errs) > 0 {
 		return webhook.Response{Result: webhook.ResultDenied, Status: invalidStatus(req, errs)}
 	}
 	return webhook.Allow("valid")
@@ -43,7 +44,7 @@ func (v *Validator) Admit(_ context.Context, req *admissionv1.AdmissionRequest) 
 
 // invalidStatus is the Kubernetes way of saying an object is invalid: 422,
 // reason Invalid, one cause per field. kubectl prints the message.
-func invalidStatus(req *admissionv1.AdmissionRequest, errs ErrorList) *metav1.Status {
+func invalidStatus(req *admissionv1.AdmissionRequest, errs validate.ErrorList) *metav1.Status {
 	causes := make([]metav1.StatusCause, len(errs))
 	for i, e := range errs {
 		causes[i] = metav1.StatusCause{Type: metav1.CauseTypeFieldValueInvalid, Field: e.Field, Message: e.Detail}

@@ -26,8 +26,8 @@ const Group = "networking.istio.io"
 // v1beta1 Go types are aliases of v1alpha3's).
 var Versions = []string{"v1", "v1beta1", "v1alpha3"}
 
-// Kinds validated, with the plural resource names the webhook
-// configuration lists.
+// Kinds validated, with their plural resource names (what the webhook
+// configuration and the hub's watches list).
 const (
 	KindVirtualService  = "VirtualService"
 	KindDestinationRule = "DestinationRule"
@@ -43,8 +43,9 @@ var Resources = map[string]string{
 	KindSidecar:         "sidecars",
 }
 
-// newSpec returns an empty spec message for kind, or nil.
-func newSpec(kind string) proto.Message {
+// NewSpec returns an empty spec message for kind, or nil when kind is not
+// one of this package's.
+func NewSpec(kind string) proto.Message {
 	switch kind {
 	case KindVirtualService:
 		return &networking.VirtualService{}
@@ -64,7 +65,7 @@ func newSpec(kind string) proto.Message {
 // as Go durations ("30ms", "1m30s"), as Istio accepts them, besides
 // protojson's seconds form ("0.030s").
 func DecodeSpec(kind string, spec []byte) (proto.Message, ErrorList) {
-	msg := newSpec(kind)
+	msg := NewSpec(kind)
 	if msg == nil {
 		return nil, ErrorList{{Field: "kind", Detail: fmt.Sprintf("%q is not validated here", kind)}}
 	}
