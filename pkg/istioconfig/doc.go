@@ -1,0 +1,27 @@
+// Package istioconfig is the hub's model of a mesh's Istio configuration:
+// the valid VirtualServices and DestinationRules read from the config
+// cluster, with the host each applies to resolved to a service hostname.
+//
+// A Snapshot is immutable. The hub's config watcher (hub/istioconfig)
+// builds a new one whenever an object changes and hands it to the xDS
+// pusher, which asks ChangedHosts which hostnames' resources to rebuild:
+// an object that did not change keeps its pointer from one snapshot to the
+// next, so HostConfig values compare by identity and a change to one
+// VirtualService rebuilds only the hosts it names.
+//
+// Hosts are resolved as Istio resolves them for sidecars: a short name is
+// relative to the object's namespace ("reviews" in namespace demo is
+// reviews.demo.svc.cluster.local), a name of two labels gets ".svc." and
+// the domain suffix ("reviews.demo"), anything else is taken as a fully
+// qualified name. A leading "*." is a wildcard: it applies to every host
+// under it that no exact host claims, the longest suffix winning. When two
+// objects claim the same host, the oldest (creation time, then
+// namespace/name) wins, as istiod decides it; the other is reported as
+// shadowed for that host. Only VirtualServices bound to the mesh (no
+// gateways, or "mesh" among them) apply to proxies.
+//
+// Differences from Istio, on purpose or not yet done: exportTo is not
+// applied (every object is visible fleet-wide), delegate VirtualServices
+// are refused by validation, and several VirtualServices of one host are
+// not merged.
+package istioconfig
