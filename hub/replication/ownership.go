@@ -43,6 +43,18 @@ func (o *Ownership) Owns(c model.ClusterID) bool {
 	return federation.Owns(o.self, c, o.members, o.n)
 }
 
+// Writes reports whether this replica is the one of the live members that
+// writes what is named name into the config cluster, such as the status of
+// an Istio config object: chosen by the same rendezvous hashing as cluster
+// owners, one writer per name, so that N replicas do not write N times.
+// While membership settles two replicas may both think they are it; what
+// they write is the same.
+func (o *Ownership) Writes(name string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return federation.Owns(o.self, model.ClusterID(name), o.members, 1)
+}
+
 func (o *Ownership) owners(c model.ClusterID) []federation.ReplicaID {
 	o.mu.Lock()
 	defer o.mu.Unlock()
