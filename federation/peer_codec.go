@@ -98,8 +98,8 @@ func toProto(m *PeerMessage) *peerpb.PeerMessage {
 }
 
 // fromProto converts a decoded frame. Strings repeated across endpoints
-// and frames (cluster IDs, localities, service accounts, port names) are
-// interned, so that the replicated state holds one copy of each. Shapes
+// and frames (cluster IDs, localities, service accounts, port names) and
+// label sets are interned, so that the replicated state holds one copy of each. Shapes
 // that cannot be represented (an address of neither 4 nor 16 bytes) are
 // errors; everything else is left to Validate.
 func fromProto(p *peerpb.PeerMessage) (*PeerMessage, error) {
@@ -191,6 +191,7 @@ func shardToProto(c model.ClusterID, s *model.ServiceShard) *peerpb.Shard {
 	// port.
 	eps := make([]peerpb.Endpoint, len(s.Endpoints))
 	ports := make([]uint32, len(s.Endpoints)*len(out.PortNames))
+	var sets labelSets
 	for i := range s.Endpoints {
 		e, pe := &s.Endpoints[i], &eps[i]
 		if e.Cluster != c {
@@ -201,6 +202,7 @@ func shardToProto(c model.ClusterID, s *model.ServiceShard) *peerpb.Shard {
 		}
 		pe.Region, pe.Zone, pe.SubZone = e.Locality.Region, e.Locality.Zone, e.Locality.SubZone
 		pe.Ready, pe.ServiceAccount, pe.Pod = e.Ready, e.ServiceAccount, e.Pod
+		pe.LabelSet = sets.ref(e.Labels)
 		if len(e.Ports) > 0 {
 			tp := ports[i*len(out.PortNames) : (i+1)*len(out.PortNames) : (i+1)*len(out.PortNames)]
 			for j, name := range out.PortNames {
@@ -210,7 +212,34 @@ func shardToProto(c model.ClusterID, s *model.ServiceShard) *peerpb.Shard {
 		}
 		out.Endpoints[i] = pe
 	}
+	out.LabelSets = sets.list
 	return out
+}
+
+// labelSets numbers the distinct label sets of one shard's endpoints as
+// they are written: Labels are interned, so the endpoints of a Deployment
+// share one set and it goes on the wire once.
+type labelSets struct {
+	ids  map[model.Labels]uint32
+	list []*peerpb.LabelSet
+}
+
+// ref returns the Endpoint.label_set of l: 0 for no labels, else 1 + its
+// index in list.
+func (ls *labelSets) ref(l model.Labels) uint32 {
+	if l.IsZero() {
+		return 0
+	}
+	if id, ok := ls.ids[l]; ok {
+		return id
+	}
+	if ls.ids == nil {
+		ls.ids = map[model.Labels]uint32{}
+	}
+	ls.list = append(ls.list, &peerpb.LabelSet{Labels: l.Map()})
+	id := uint32(len(ls.list))
+	ls.ids[l] = id
+	return id
 }
 
 // portNames returns the names of the target ports of s's endpoints: the
@@ -265,6 +294,11 @@ func shardFromProto(c model.ClusterID, p *peerpb.Shard) (*model.ServiceShard, er
 		names[i] = intern(name)
 	}
 	ports := portMaps{names: names}
+	// Each label set is interned once, however many endpoints refer to it.
+	sets := make([]model.Labels, len(p.GetLabelSets()))
+	for i, ls := range p.GetLabelSets() {
+		sets[i] = model.NewLabels(ls.GetLabels())
+	}
 	for i, pe := range p.GetEndpoints() {
 		e := &out.Endpoints[i]
 		e.Cluster = c
@@ -280,6 +314,12 @@ func shardFromProto(c model.ClusterID, p *peerpb.Shard) (*model.ServiceShard, er
 		}
 		e.Locality = model.Locality{Region: intern(pe.GetRegion()), Zone: intern(pe.GetZone()), SubZone: intern(pe.GetSubZone())}
 		e.Ready, e.ServiceAccount, e.Pod = pe.GetReady(), intern(pe.GetServiceAccount()), pe.GetPod()
+		if ref := pe.GetLabelSet(); ref != 0 {
+			if int(ref) > len(sets) {
+				return nil, fmt.Errorf("endpoint %d: label set %d of %d", i, ref, len(sets))
+			}
+			e.Labels = sets[ref-1]
+		}
 		if tp := pe.GetTargetPorts(); len(tp) > 0 {
 			if len(tp) != len(names) {
 				return nil, fmt.Errorf("endpoint %d: %d target ports for %d port names", i, len(tp), len(names))

@@ -12,7 +12,9 @@ import (
 )
 
 // benchSnapshot is a cluster of services × 20 endpoints, each endpoint
-// with a Pod, a service account and a locality, as a watcher lists them.
+// with a Pod, a service account, a locality and the labels an
+// Istio-injected Deployment's Pods carry (one set per service), as a
+// watcher lists them.
 func benchSnapshot(endpoints int) *federation.PeerMessage {
 	const perService = 20
 	snap := &federation.ClusterSnapshot{
@@ -23,12 +25,15 @@ func benchSnapshot(endpoints int) *federation.PeerMessage {
 		h := model.Hostname(fmt.Sprintf("svc-%d.ns-%d.svc.cluster.local", s, s%10))
 		sh := &model.ServiceShard{Service: &model.Service{Hostname: h, Name: fmt.Sprintf("svc-%d", s), Namespace: fmt.Sprintf("ns-%d", s%10),
 			Ports: []model.ServicePort{{Name: "grpc", Port: 8080, Protocol: model.ProtocolGRPC}}}}
+		labels := model.NewLabels(map[string]string{"app": fmt.Sprintf("svc-%d", s), "version": "v1",
+			"pod-template-hash": fmt.Sprintf("7d%06x", s), "security.istio.io/tlsMode": "istio",
+			"service.istio.io/canonical-name": fmt.Sprintf("svc-%d", s), "service.istio.io/canonical-revision": "v1"})
 		for e := 0; e < perService; e++ {
 			i := s*perService + e
 			sh.Endpoints = append(sh.Endpoints, model.Endpoint{
 				Cluster: "cluster-1", Address: netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}),
 				Locality: model.Locality{Region: "region-1", Zone: fmt.Sprintf("zone-%d", i%3)}, Ready: true,
-				ServiceAccount: fmt.Sprintf("sa-%d", s), Pod: fmt.Sprintf("svc-%d-%d", s, e), Ports: map[string]uint32{"grpc": 18080},
+				ServiceAccount: fmt.Sprintf("sa-%d", s), Pod: fmt.Sprintf("svc-%d-%d", s, e), Labels: labels, Ports: map[string]uint32{"grpc": 18080},
 			})
 		}
 		snap.Shards[h] = sh

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -47,6 +48,10 @@ type WorkloadOptions struct {
 	ServiceAccount string
 	// Replicas is the initial number of replicas; zero is allowed.
 	Replicas int
+	// PodLabels are labels of every replica's Pod besides app=<Service>
+	// (which they may not change), e.g. version: v1 for DestinationRule
+	// subsets. Default none.
+	PodLabels map[string]string
 	// XDS, when set, makes every replica an xDS-enabled gRPC server
 	// (StartXDSEchoServer) that takes its inbound listener, and with it its
 	// security, from the hub. Default: plain gRPC echo servers.
@@ -97,7 +102,18 @@ func (o *WorkloadOptions) defaults() error {
 	if o.XDS != nil && o.XDS.HubAddr == "" {
 		return errors.New("framework: WorkloadOptions.XDS.HubAddr is empty")
 	}
+	if v, ok := o.PodLabels["app"]; ok && v != o.Service {
+		return fmt.Errorf("framework: WorkloadOptions.PodLabels sets app=%q, not the service %q", v, o.Service)
+	}
+	o.PodLabels = maps.Clone(o.PodLabels)
 	return nil
+}
+
+// podLabels returns the labels of a replica's Pod.
+func (w *Workload) podLabels() map[string]string {
+	out := map[string]string{"app": w.opts.Service}
+	maps.Copy(out, w.opts.PodLabels)
+	return out
 }
 
 // Replica is one running replica of a workload.
@@ -403,7 +419,7 @@ func (w *Workload) createPods(ctx context.Context, rs []*replica) error {
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: w.opts.Namespace,
 				Name:      rep.pod,
-				Labels:    map[string]string{"app": w.opts.Service},
+				Labels:    w.podLabels(),
 			},
 			Spec: corev1.PodSpec{
 				NodeName:                     w.cluster.NodeName(),
@@ -536,6 +552,46 @@ func (w *Workload) SetReady(ctx context.Context, ready bool) error {
 			es.Endpoints[i].Conditions.Serving = &s
 		}
 	})
+}
+
+// SetPodLabels replaces the PodLabels of every replica's Pod, running and
+// added later (a relabel, as a canary's promotion does); app=<Service>
+// stays. The EndpointSlice is left as it is: the hub must notice the Pods'
+// change itself.
+func (w *Workload) SetPodLabels(ctx context.Context, labels map[string]string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if v, ok := labels["app"]; ok && v != w.opts.Service {
+		return w.errorf("pod labels set app=%q", v)
+	}
+	old := w.opts.PodLabels
+	w.opts.PodLabels = maps.Clone(labels)
+	c := w.cluster.client
+	for _, rep := range w.replicas {
+		for attempt := 0; ; attempt++ {
+			var pod corev1.Pod
+			if err := c.Get(ctx, types.NamespacedName{Namespace: w.opts.Namespace, Name: rep.pod}, &pod); err != nil {
+				return w.errorf("reading pod %s: %w", rep.pod, err)
+			}
+			// Labels others wrote (the apiserver copies the Node's topology
+			// labels onto a new Pod) stay.
+			for k := range old {
+				delete(pod.Labels, k)
+			}
+			if pod.Labels == nil {
+				pod.Labels = map[string]string{}
+			}
+			maps.Copy(pod.Labels, w.podLabels())
+			err := c.Update(ctx, &pod)
+			if err == nil {
+				break
+			}
+			if !apierrors.IsConflict(err) || attempt == maxConflictRetries {
+				return w.errorf("relabelling pod %s: %w", rep.pod, err)
+			}
+		}
+	}
+	return nil
 }
 
 // UpdateEndpointSlice applies mutate to a copy of the workload's

@@ -12,9 +12,9 @@ import (
 
 // Topology labels of a Node that give its endpoints' locality.
 const (
-	LabelRegion  = "topology.kubernetes.io/region"
-	LabelZone    = "topology.kubernetes.io/zone"
-	LabelSubZone = "topology.istio.io/subzone"
+	LabelRegion  = model.LabelTopologyRegion
+	LabelZone    = model.LabelTopologyZone
+	LabelSubZone = model.LabelTopologySubZone
 )
 
 // serviceFromKube converts a Kubernetes Service. It is pure.
@@ -108,6 +108,7 @@ func endpointsFromSlices(c model.ClusterID, slices []*discoveryv1.EndpointSlice,
 				loc = localityOf(look.node(*ke.NodeName))
 			}
 			var sa, pod string
+			var labels model.Labels
 			if ref := ke.TargetRef; ref != nil && ref.Kind == "Pod" {
 				pod = ref.Name
 				ns := ref.Namespace
@@ -116,6 +117,7 @@ func endpointsFromSlices(c model.ClusterID, slices []*discoveryv1.EndpointSlice,
 				}
 				if p := look.pod(ns, ref.Name); p != nil {
 					sa = p.Spec.ServiceAccountName
+					labels = model.NewLabels(p.Labels)
 				}
 			}
 			for _, a := range ke.Addresses {
@@ -130,7 +132,7 @@ func endpointsFromSlices(c model.ClusterID, slices []*discoveryv1.EndpointSlice,
 				byAddr[addr] = len(out)
 				out = append(out, model.Endpoint{
 					Cluster: c, Address: addr, Locality: loc, Ready: ready,
-					ServiceAccount: sa, Pod: pod, Ports: ports,
+					ServiceAccount: sa, Pod: pod, Labels: labels, Ports: ports,
 				})
 			}
 		}

@@ -9,9 +9,12 @@
 // Watcher is the multicluster.Aware component engaged for each cluster. It
 // watches Services, EndpointSlices, Pods, Nodes and Namespaces through the
 // cluster's cache, with transforms that keep only the fields the registry
-// needs, and turns them into model.ServiceShards: once the cluster's
-// informers have synced it publishes the whole cluster in one step, then one
-// shard per changed Service.
+// needs (a Pod keeps its labels, service account, node and IPs), and turns
+// them into model.ServiceShards, each endpoint with its Pod's labels and
+// service account; a change of a Pod (a relabel) recomputes the shards of
+// the Services whose endpoints it backs. Once the cluster's informers have
+// synced it publishes the whole cluster in one step, then one shard per
+// changed Service.
 //
 // Status records, per cluster, the secret that defines it, its sync state and
 // its last error, for /readyz, /debug/registryz and the metrics, and for

@@ -123,7 +123,8 @@ func workloadObjects() []client.Object {
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{
 			remotes.LabelRegion: "eu", remotes.LabelZone: "eu-1"}}},
 		&corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "echo-0", Namespace: "demo"},
+			ObjectMeta: metav1.ObjectMeta{Name: "echo-0", Namespace: "demo",
+				Labels: map[string]string{"app": "echo", "version": "v1"}},
 			Spec: corev1.PodSpec{NodeName: "n1", ServiceAccountName: "echo-sa",
 				Containers: []corev1.Container{{Name: "echo", Image: "echo"}}},
 		},
@@ -199,7 +200,8 @@ func TestProviderLifecycle(t *testing.T) {
 				return fmt.Errorf("merged service = %+v", ms)
 			}
 			ep := ms.Endpoints[0]
-			if ep.Locality.Region != "eu" || ep.ServiceAccount != "echo-sa" || !ep.Ready || ep.Ports["grpc"] != 18080 {
+			if ep.Locality.Region != "eu" || ep.ServiceAccount != "echo-sa" || !ep.Ready || ep.Ports["grpc"] != 18080 ||
+				!ep.Labels.Match(map[string]string{"app": "echo", "version": "v1"}) {
 				return fmt.Errorf("endpoint = %+v", ep)
 			}
 			for _, id := range clusterIDs {
@@ -350,4 +352,51 @@ func TestDiscoverySelector(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestPodRelabelUpdatesEndpoints: an endpoint carries its Pod's labels, and
+// relabelling the Pod (a canary promoted from v1 to v2) updates the shard,
+// with no change to the EndpointSlice.
+func TestPodRelabelUpdatesEndpoints(t *testing.T) {
+	e := startEnv(t)
+	e.create(t, workloadObjects()...)
+	st, _, cancel, done := hubParts(t, e)
+	defer func() { cancel(); <-done }()
+	e.create(t, remoteSecret("remotes", map[string][]byte{"c1": e.kubeconfig}))
+	// The apiserver's PodTopologyLabels admission copies the Node's
+	// topology labels onto a Pod created on it; they are Pod labels like
+	// any other (and an update that leaves them out removes them).
+	topology := "topology.kubernetes.io/region=eu,topology.kubernetes.io/zone=eu-1"
+	labelsAre := func(want string) func() error {
+		return func() error {
+			ms := st.Service(echoHost)
+			if ms == nil || len(ms.Endpoints) != 1 {
+				return fmt.Errorf("merged = %+v", ms)
+			}
+			if got := ms.Endpoints[0].Labels.String(); got != want {
+				return fmt.Errorf("labels %q, want %q", got, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "pod labels in the registry", labelsAre("app=echo,"+topology+",version=v1"))
+
+	var pod corev1.Pod
+	if err := e.client.Get(t.Context(), client.ObjectKey{Namespace: "demo", Name: "echo-0"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Labels = map[string]string{"app": "echo", "version": "v2", "track": "canary"}
+	if err := e.client.Update(t.Context(), &pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "relabel reaches the registry", labelsAre("app=echo,track=canary,version=v2"))
+
+	pod.Labels = map[string]string{}
+	if err := e.client.Update(t.Context(), &pod); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "labels removed", labelsAre(""))
+	if err := e.client.Get(t.Context(), client.ObjectKeyFromObject(&pod), &pod); err != nil || len(pod.Labels) != 0 {
+		t.Fatalf("pod labels after removal: %v (%v)", pod.Labels, err)
+	}
 }

@@ -16,4 +16,12 @@
 // hostnames. When a remote secret is rotated, a new watcher replaces the
 // cluster's shards in one step (ReplaceCluster) once it has synced, so clients
 // never see the cluster disappear in between.
+//
+// An Endpoint carries its Pod's labels as Labels, an interned immutable set:
+// every Labels with the same pairs shares one copy process-wide (through
+// package unique), so the endpoints of one Deployment cost a pointer each
+// rather than a map each (BenchmarkLabelsMemory: ~8 B against ~540 B per
+// endpoint with six labels), and comparing two sets, or keying a memo by
+// one, is a pointer comparison. Label sets no endpoint refers to any more
+// are garbage collected.
 package model

@@ -107,6 +107,10 @@ type Endpoint struct {
 	ServiceAccount string `json:"serviceAccount,omitempty"`
 	// Pod names the backing Pod, when there is one.
 	Pod string `json:"pod,omitempty"`
+	// Labels are the backing Pod's labels, all of them (DestinationRule
+	// subsets select on any key); empty when the endpoint has no Pod or the
+	// Pod is not known yet. Interned: endpoints of one Deployment share them.
+	Labels Labels `json:"labels,omitzero"`
 	// Ports maps a service port name to the target port number on this
 	// endpoint, as the EndpointSlice says.
 	Ports map[string]uint32 `json:"ports"`
@@ -127,7 +131,7 @@ func (e *Endpoint) Key() string {
 func (e *Endpoint) Equal(o *Endpoint) bool {
 	return e.Cluster == o.Cluster && e.Address == o.Address && e.Locality == o.Locality &&
 		e.Ready == o.Ready && e.ServiceAccount == o.ServiceAccount && e.Pod == o.Pod &&
-		mapsEqual(e.Ports, o.Ports)
+		e.Labels == o.Labels && mapsEqual(e.Ports, o.Ports)
 }
 
 func mapsEqual(a, b map[string]uint32) bool {
