@@ -75,8 +75,8 @@ func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
 			}
 			opts := xdsgen.Options{Security: security}
 			listeners := xdsgen.SidecarListeners(services, sc, opts)
-			clusters := xdsgen.SidecarClusters(services, sc, opts)
-			routes := xdsgen.SidecarRoutes(services, opts)
+			clusters := xdsgen.SidecarClusters(services, nil, sc, opts)
+			routes := xdsgen.SidecarRoutes(services, nil, opts)
 			name := fmt.Sprintf("%s/security=%t", mode, security)
 			t.Run(name+"/served", func(t *testing.T) {
 				runEnvoyValidate(t, bin, servedBootstrap(listeners, clusters))
@@ -190,7 +190,7 @@ func staticBootstrap(t *testing.T, services []*model.MergedService, listeners []
 	}
 	assignments := map[string]*endpointv3.ClusterLoadAssignment{}
 	for _, ms := range services {
-		for _, cla := range xdsgen.LoadAssignments(ms, xdsgen.ProxyGroup{Cluster: "cluster-1", Region: "us-east"}) {
+		for _, cla := range xdsgen.LoadAssignments(ms, xdsgen.ProxyGroup{Cluster: "cluster-1", Region: "us-east"}, nil) {
 			assignments[cla.GetClusterName()] = cla
 		}
 	}
@@ -382,7 +382,7 @@ func testSidecarTraffic(t *testing.T, bin string, opts xdsgen.Options) {
 		service("greeter", grpcPort, model.ProtocolGRPC, apps.grpc),
 	}
 	ca := throwawayCA(t)
-	routes := xdsgen.SidecarRoutes(services, opts)
+	routes := xdsgen.SidecarRoutes(services, nil, opts)
 
 	server := xdsgen.Sidecar{IP: serverIP, Namespace: "demo", Interception: xdsgen.InterceptNone,
 		Inbound: xdsgen.SidecarInbound(services, "cluster-1", serverIP)}
@@ -393,11 +393,11 @@ func testSidecarTraffic(t *testing.T, bin string, opts xdsgen.Options) {
 		}
 	}
 	startEnvoy(t, bin, "server", staticBootstrap(t, services, inbound,
-		xdsgen.SidecarClusters(services, server, opts), routes, workloadSecrets(t, ca, "echo")))
+		xdsgen.SidecarClusters(services, nil, server, opts), routes, workloadSecrets(t, ca, "echo")))
 
 	client := xdsgen.Sidecar{IP: netip.MustParseAddr("127.0.0.3"), Namespace: "demo", Interception: xdsgen.InterceptNone}
 	startEnvoy(t, bin, "client", staticBootstrap(t, services, xdsgen.SidecarListeners(services, client, opts),
-		xdsgen.SidecarClusters(services, client, opts), routes, workloadSecrets(t, ca, "sleep")))
+		xdsgen.SidecarClusters(services, nil, client, opts), routes, workloadSecrets(t, ca, "sleep")))
 
 	// HTTP/1.1, by a short name: the client sidecar routes by authority.
 	var body string

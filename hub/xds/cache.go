@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
@@ -96,15 +97,20 @@ type write struct {
 }
 
 // plan computes the plan for hostnames hs, looking their views up with
-// service, and returns the writes it takes. It holds mu while it plans, so
+// service, under the Istio configuration cfg (which adds the hostnames
+// whose configuration changed since the last plan), and returns the writes
+// it takes. It holds mu while it plans, so
 // the writes are to be made after it returns, in the order given (the
 // load assignments that follow Envoy clusters must reach their streams
 // after the clusters, see rewarmLocked): a group freed in between has its
 // (dropped) cache written to in vain, a group created in between was built
 // with the planned state already.
-func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *model.MergedService) []write {
+func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *model.MergedService, cfg *istioconfig.Snapshot) []write {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if cfg != c.planner.Config() {
+		hs = union(hs, c.planner.SetConfig(cfg, hostnames(c.services())))
+	}
 	updates := make([]xdsgen.ServiceUpdate, len(hs))
 	for i, h := range hs {
 		updates[i] = xdsgen.ServiceUpdate{Hostname: h, Service: service(h)}
@@ -121,6 +127,25 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	return append(out, c.planSidecarsLocked(reshaped, p.Groups)...)
 }
 
+// hostnames returns the hostnames of services.
+func hostnames(services []*model.MergedService) []model.Hostname {
+	out := make([]model.Hostname, len(services))
+	for i, ms := range services {
+		out[i] = ms.Service.Hostname
+	}
+	return out
+}
+
+// union returns a with the hostnames of b it lacks appended.
+func union(a, b []model.Hostname) []model.Hostname {
+	for _, h := range b {
+		if !slices.Contains(a, h) {
+			a = append(a, h)
+		}
+	}
+	return a
+}
+
 // reshapeLocked records the shapes of the updated services and reports
 // whether one changed (a service added, removed or redefined, or with mTLS
 // its service accounts changed).
@@ -133,7 +158,7 @@ func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) bool {
 			changed = changed || had
 			continue
 		}
-		sh := shapeOf(u.Service, c.opts)
+		sh := shapeOf(u.Service, c.planner.Config().Host(u.Hostname), c.opts)
 		if !had || !old.equal(sh) {
 			c.shapes[u.Hostname] = sh
 			changed = true
@@ -156,7 +181,7 @@ func (c *groupCache) planSidecarsLocked(reshaped bool, planned map[xdsgen.ProxyG
 	services := c.services()
 	var out []write
 	if reshaped {
-		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.opts)); ok {
+		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.opts)); ok {
 			out = append(out, w)
 		}
 	}
@@ -166,7 +191,7 @@ func (c *groupCache) planSidecarsLocked(reshaped bool, planned map[xdsgen.ProxyG
 		if !reshaped && slices.Equal(in, sc.proxy.Inbound) {
 			continue
 		}
-		for _, w := range sc.replan(services, in, c.opts) {
+		for _, w := range sc.replan(services, c.planner.Config(), in, c.opts) {
 			out = append(out, w)
 			if w.typeURL == resourcev3.ClusterType {
 				warm[sc.group] = append(warm[sc.group], warmedBy(w)...)
@@ -296,12 +321,12 @@ func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node) {
 	}
 	services := c.services()
 	if len(c.sidecars) == 0 {
-		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.opts)); ok {
+		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.opts)); ok {
 			// Updating only fails for a nil resource.
 			_ = w.cache.UpdateResources(w.Upsert, w.Delete)
 		}
 	}
-	sc := newSidecar(node, services, c.opts)
+	sc := newSidecar(node, services, c.planner.Config(), c.opts)
 	sc.members = 1
 	c.sidecars[id] = sc
 	c.metrics.sidecars.Set(float64(len(c.sidecars)))

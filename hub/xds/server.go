@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/utils/clock"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
@@ -95,7 +97,39 @@ type Server struct {
 	stop  context.CancelFunc
 	ready chan struct{}
 	addr  net.Addr
+	// config is the newest Istio configuration (SetConfig); the push loop
+	// applies it.
+	config configBox
 }
+
+// configBox holds the newest Istio configuration handed to the server and
+// signals the push loop that there is one.
+type configBox struct {
+	mu      sync.Mutex
+	snap    *istioconfig.Snapshot
+	changed chan struct{} // capacity 1
+}
+
+func (b *configBox) set(s *istioconfig.Snapshot) {
+	b.mu.Lock()
+	b.snap = s
+	b.mu.Unlock()
+	select {
+	case b.changed <- struct{}{}:
+	default: // a signal is pending already; it will read s
+	}
+}
+
+func (b *configBox) get() *istioconfig.Snapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.snap
+}
+
+// SetConfig hands the server a new Istio configuration (a nil one means
+// none). The push loop rebuilds the resources of the hosts whose
+// configuration changed; a burst of calls costs one push.
+func (s *Server) SetConfig(snap *istioconfig.Snapshot) { s.config.set(snap) }
 
 // New returns a Server; Run serves it.
 func New(opts Options) *Server {
@@ -108,6 +142,7 @@ func New(opts Options) *Server {
 		clk:     clk,
 		metrics: newMetrics(opts.Metrics),
 		ready:   make(chan struct{}),
+		config:  configBox{changed: make(chan struct{}, 1)},
 	}
 	s.status = opts.Tracker
 	if s.status == nil {
@@ -219,7 +254,9 @@ func (s *Server) pushLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.opts.Registry.Changed():
-			s.push(s.opts.Registry.TakeChanged())
+			s.push(s.opts.Registry.TakeChanged(), false)
+		case <-s.config.changed:
+			s.push(s.opts.Registry.TakeChanged(), true)
 		}
 	}
 }
@@ -229,17 +266,19 @@ func (s *Server) pushAll() {
 	for _, ms := range s.opts.Registry.Services() {
 		hs = append(hs, ms.Service.Hostname)
 	}
-	s.push(hs)
+	s.push(hs, true)
 }
 
-// push brings the caches in line with the registry for hostnames hs: the
+// push brings the caches in line with the registry for hostnames hs, and
+// with the newest Istio configuration for the hostnames it changes: the
 // planner (xdsgen.Planner) computes what changed, and push writes it.
-func (s *Server) push(hs []model.Hostname) {
-	if len(hs) == 0 {
+// Without configChanged, an empty hs is nothing to do.
+func (s *Server) push(hs []model.Hostname, configChanged bool) {
+	if len(hs) == 0 && !configChanged {
 		return
 	}
 	start := s.clk.Now()
-	for _, w := range s.cache.plan(hs, s.opts.Registry.Service) {
+	for _, w := range s.cache.plan(hs, s.opts.Registry.Service, s.config.get()) {
 		if err := w.cache.UpdateResources(w.Upsert, w.Delete); err != nil {
 			s.opts.Log.Error(err, "updating xDS cache", "type", w.typeURL)
 			continue

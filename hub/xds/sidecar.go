@@ -13,6 +13,7 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
@@ -110,8 +111,9 @@ func byName(res []types.Resource) map[string]types.Resource {
 	return m
 }
 
-// sidecarResources generates what sc gets of typeURL from services.
-func sidecarResources(typeURL string, services []*model.MergedService, sc xdsgen.Sidecar, opts xdsgen.Options) []types.Resource {
+// sidecarResources generates what sc gets of typeURL from services under
+// the Istio configuration cfg.
+func sidecarResources(typeURL string, services []*model.MergedService, cfg *istioconfig.Snapshot, sc xdsgen.Sidecar, opts xdsgen.Options) []types.Resource {
 	var out []types.Resource
 	switch typeURL {
 	case resourcev3.ListenerType:
@@ -119,7 +121,7 @@ func sidecarResources(typeURL string, services []*model.MergedService, sc xdsgen
 			out = append(out, l)
 		}
 	case resourcev3.ClusterType:
-		for _, c := range xdsgen.SidecarClusters(services, sc, opts) {
+		for _, c := range xdsgen.SidecarClusters(services, cfg, sc, opts) {
 			out = append(out, c)
 		}
 	}
@@ -127,9 +129,9 @@ func sidecarResources(typeURL string, services []*model.MergedService, sc xdsgen
 }
 
 // envoyRoutes generates the route configurations every Envoy sidecar
-// shares (named by port).
-func envoyRoutes(services []*model.MergedService, opts xdsgen.Options) []types.Resource {
-	rs := xdsgen.SidecarRoutes(services, opts)
+// shares (named by port), under the Istio configuration cfg.
+func envoyRoutes(services []*model.MergedService, cfg *istioconfig.Snapshot, opts xdsgen.Options) []types.Resource {
+	rs := xdsgen.SidecarRoutes(services, cfg, opts)
 	out := make([]types.Resource, len(rs))
 	for i, r := range rs {
 		out[i] = r
@@ -138,8 +140,8 @@ func envoyRoutes(services []*model.MergedService, opts xdsgen.Options) []types.R
 }
 
 // newSidecar builds the state of the Envoy node, its caches filled from
-// services.
-func newSidecar(node *corev3.Node, services []*model.MergedService, opts xdsgen.Options) *sidecar {
+// services under the Istio configuration cfg.
+func newSidecar(node *corev3.Node, services []*model.MergedService, cfg *istioconfig.Snapshot, opts xdsgen.Options) *sidecar {
 	sc, cluster, err := sidecarOf(node)
 	s := &sidecar{proxy: sc, cluster: cluster, group: ProxyGroupOf(node), err: err, caches: map[string]*written{}}
 	if err != nil {
@@ -147,7 +149,7 @@ func newSidecar(node *corev3.Node, services []*model.MergedService, opts xdsgen.
 	}
 	s.proxy.Inbound = xdsgen.SidecarInbound(services, cluster, sc.IP)
 	for _, t := range sidecarTypes {
-		s.caches[t] = newWritten(t, sidecarResources(t, services, s.proxy, opts))
+		s.caches[t] = newWritten(t, sidecarResources(t, services, cfg, s.proxy, opts))
 	}
 	return s
 }
@@ -157,10 +159,10 @@ func (s *sidecar) inbound(services []*model.MergedService) []xdsgen.InboundPort 
 	return xdsgen.SidecarInbound(services, s.cluster, s.proxy.IP)
 }
 
-// replan regenerates the sidecar's resources from services, with inbound
-// as the ports its pod serves, and returns the writes that bring its
-// caches up to date.
-func (s *sidecar) replan(services []*model.MergedService, inbound []xdsgen.InboundPort, opts xdsgen.Options) []write {
+// replan regenerates the sidecar's resources from services under cfg,
+// with inbound as the ports its pod serves, and returns the writes that
+// bring its caches up to date.
+func (s *sidecar) replan(services []*model.MergedService, cfg *istioconfig.Snapshot, inbound []xdsgen.InboundPort, opts xdsgen.Options) []write {
 	if s.err != nil {
 		return nil
 	}
@@ -168,7 +170,7 @@ func (s *sidecar) replan(services []*model.MergedService, inbound []xdsgen.Inbou
 	s.replans++
 	var out []write
 	for _, t := range sidecarTypes {
-		if w, ok := s.caches[t].diff(t, sidecarResources(t, services, s.proxy, opts)); ok {
+		if w, ok := s.caches[t].diff(t, sidecarResources(t, services, cfg, s.proxy, opts)); ok {
 			out = append(out, w)
 		}
 	}
@@ -177,23 +179,27 @@ func (s *sidecar) replan(services []*model.MergedService, inbound []xdsgen.Inbou
 
 // shape is what a service gives Envoy sidecars apart from load
 // assignments and their pods' inbound side: its definition (hostname,
-// ports, protocols) and, with mTLS, the SPIFFE IDs its clusters accept.
-// An endpoint change that keeps every shape leaves every sidecar's
-// outbound listeners, clusters and routes as they are.
+// ports, protocols), the Istio objects of its host and, with mTLS, the
+// SPIFFE IDs its clusters accept. An endpoint change that keeps every
+// shape leaves every sidecar's outbound listeners, clusters and routes as
+// they are.
 type shape struct {
 	svc  *model.Service
+	cfg  istioconfig.HostConfig
 	sans []string
 }
 
-func shapeOf(ms *model.MergedService, opts xdsgen.Options) shape {
-	sh := shape{svc: ms.Service}
+func shapeOf(ms *model.MergedService, cfg istioconfig.HostConfig, opts xdsgen.Options) shape {
+	sh := shape{svc: ms.Service, cfg: cfg}
 	if opts.Security {
 		sh.sans = xdsgen.ServiceSANs(ms, opts)
 	}
 	return sh
 }
 
-func (a shape) equal(b shape) bool { return a.svc.Equal(b.svc) && slices.Equal(a.sans, b.sans) }
+func (a shape) equal(b shape) bool {
+	return a.svc.Equal(b.svc) && a.cfg.Same(b.cfg) && slices.Equal(a.sans, b.sans)
+}
 
 // warmedBy returns the service names of the EDS clusters that w upserts.
 // Envoy keeps an updated EDS cluster warming, on its old version, until it

@@ -104,7 +104,7 @@ func TestEnvoySidecar(t *testing.T) {
 	}
 	services := st.Services()
 	wantListeners := names(xdsgen.SidecarListeners(services, want, xdsgen.Options{}))
-	wantClusters := names(xdsgen.SidecarClusters(services, want, xdsgen.Options{}))
+	wantClusters := names(xdsgen.SidecarClusters(services, nil, want, xdsgen.Options{}))
 	if got := resourceNames(t, envoy.subscribe(resourcev3.ListenerType)); !slices.Equal(got, wantListeners) {
 		t.Errorf("Envoy listeners %v, want %v", got, wantListeners)
 	}
@@ -201,10 +201,10 @@ func planFixture(t *testing.T, opts xdsgen.Options, ip string) (*store.Store, *g
 // service port, or the pod's own endpoint going, does.
 func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 	st, c, node, write := planFixture(t, xdsgen.Options{}, "10.0.0.5")
-	c.plan([]model.Hostname{echo}, st.Service) // the first push records the shapes
+	c.plan([]model.Hostname{echo}, st.Service, nil) // the first push records the shapes
 	sidecarWrites := func() map[string][]string {
 		got := map[string][]string{}
-		for _, w := range c.plan([]model.Hostname{echo}, st.Service) {
+		for _, w := range c.plan([]model.Hostname{echo}, st.Service, nil) {
 			for _, typeURL := range sidecarTypes {
 				if w.cache == c.sidecars[node.GetId()].caches[typeURL].lc {
 					for name := range w.Upsert {
@@ -253,7 +253,7 @@ func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	if _, err := c.pick(resourcev3.EndpointType, node); err != nil { // the group's assignments, as the stream asks
 		t.Fatal(err)
 	}
-	c.plan([]model.Hostname{echo}, st.Service)
+	c.plan([]model.Hostname{echo}, st.Service, nil)
 
 	withSA := shard("c1", "r1", "10.0.0.5")
 	withSA[echo].Endpoints[0].ServiceAccount = "echo"
@@ -261,7 +261,7 @@ func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	name := xdsgen.ClusterName(echo, 8080)
 	sc := c.sidecars[node.GetId()]
 	cdsAt, edsAt := -1, -1
-	for i, w := range c.plan([]model.Hostname{echo}, st.Service) {
+	for i, w := range c.plan([]model.Hostname{echo}, st.Service, nil) {
 		if _, ok := w.Upsert[name]; !ok {
 			continue
 		}
@@ -289,7 +289,7 @@ func TestRewarmedAssignment(t *testing.T) {
 	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.0.0.5")); err != nil {
 		t.Fatal(err)
 	}
-	cla := xdsgen.LoadAssignments(st.Service(echo), xdsgen.ProxyGroup{Cluster: "c1", Region: "r1"})[0]
+	cla := xdsgen.LoadAssignments(st.Service(echo), xdsgen.ProxyGroup{Cluster: "c1", Region: "r1"}, nil)[0]
 	once := rewarmed(cla)
 	if proto.Equal(once, cla) {
 		t.Fatal("rewarmed assignment has the same bytes")

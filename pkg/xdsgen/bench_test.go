@@ -38,7 +38,7 @@ func benchmarkLoadAssignments(b *testing.B, n int) {
 	ms := benchService(n)
 	b.ReportAllocs()
 	for b.Loop() {
-		LoadAssignments(ms, groupEast)
+		LoadAssignments(ms, groupEast, nil)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/endpoint")
 }
@@ -47,7 +47,7 @@ func BenchmarkLoadAssignments1k(b *testing.B)  { benchmarkLoadAssignments(b, 1_0
 func BenchmarkLoadAssignments10k(b *testing.B) { benchmarkLoadAssignments(b, 10_000) }
 
 func benchmarkMarshal(b *testing.B, n int) {
-	cla := LoadAssignments(benchService(n), groupEast)[0]
+	cla := LoadAssignments(benchService(n), groupEast, nil)[0]
 	var size int
 	b.ReportAllocs()
 	for b.Loop() {

@@ -8,6 +8,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -33,11 +34,13 @@ type Cache struct {
 
 type serviceEntry struct {
 	svc *model.Service // private copy of the input
+	cfg istioconfig.HostConfig
 	res ServiceResources
 }
 
 type endpointsEntry struct {
 	ms  *model.MergedService
+	dr  *istioconfig.DestinationRule
 	res []*endpointv3.ClusterLoadAssignment
 }
 
@@ -49,53 +52,56 @@ func NewCache() *Cache {
 	}
 }
 
-// Service returns the LDS/RDS/CDS resources for svc, rebuilding them only if
-// svc changed (model.Service.Equal) since the last call for that hostname.
-// rebuilt reports whether they were built by this call; when it is false the
-// returned slices are the very ones returned before. A nil svc yields empty
-// resources and false.
-func (c *Cache) Service(svc *model.Service) (res ServiceResources, rebuilt bool) {
+// Service returns the LDS/RDS/CDS resources for svc under the Istio
+// configuration cfg of its host, rebuilding them only if svc changed
+// (model.Service.Equal) or cfg names other objects (HostConfig.Same) since
+// the last call for that hostname. rebuilt reports whether they were built
+// by this call; when it is false the returned slices are the very ones
+// returned before. domainSuffix resolves the short hosts of cfg's objects.
+// A nil svc yields empty resources and false.
+func (c *Cache) Service(svc *model.Service, cfg istioconfig.HostConfig, domainSuffix string) (res ServiceResources, rebuilt bool) {
 	if svc == nil {
 		return ServiceResources{}, false
 	}
-	if e, ok := c.services[svc.Hostname]; ok && e.svc.Equal(svc) {
+	if e, ok := c.services[svc.Hostname]; ok && e.svc.Equal(svc) && e.cfg.Same(cfg) {
 		return e.res, false
 	}
 	res = ServiceResources{
 		Listeners: Listeners(svc),
-		Routes:    Routes(svc),
-		Clusters:  Clusters(svc),
+		Routes:    Routes(svc, cfg, domainSuffix),
+		Clusters:  Clusters(svc, cfg.DestinationRule),
 	}
 	// Keep a copy, so that a caller mutating its Service afterwards cannot
 	// make a stale entry look current.
 	own := *svc
 	own.Ports = slices.Clone(svc.Ports)
-	c.services[svc.Hostname] = serviceEntry{svc: &own, res: res}
+	c.services[svc.Hostname] = serviceEntry{svc: &own, cfg: cfg, res: res}
 	return res, true
 }
 
-// LoadAssignments returns LoadAssignments(ms, g), rebuilding it only if ms is
-// not the very MergedService given last time for this hostname and group.
+// LoadAssignments returns LoadAssignments(ms, g, dr), rebuilding it only if
+// ms or dr is not the very one given last time for this hostname and group.
 // Pointer identity is the right test because a model.Registry returns the
 // same immutable *MergedService for a hostname until one of its shards
-// changes. rebuilt reports whether the result was built by this call (it may
-// still be proto.Equal to the previous one, e.g. when only an unready
+// changes, and an istioconfig.Snapshot keeps an unchanged object's
+// pointer. rebuilt reports whether the result was built by this call (it
+// may still be proto.Equal to the previous one, e.g. when only an unready
 // endpoint changed). A nil ms (or ms.Service) yields nil and false.
-func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup) (res []*endpointv3.ClusterLoadAssignment, rebuilt bool) {
+func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule) (res []*endpointv3.ClusterLoadAssignment, rebuilt bool) {
 	if ms == nil || ms.Service == nil {
 		return nil, false
 	}
 	h := ms.Service.Hostname
 	byGroup := c.endpoints[h]
-	if e, ok := byGroup[g]; ok && e.ms == ms {
+	if e, ok := byGroup[g]; ok && e.ms == ms && e.dr == dr {
 		return e.res, false
 	}
 	if byGroup == nil {
 		byGroup = map[ProxyGroup]endpointsEntry{}
 		c.endpoints[h] = byGroup
 	}
-	res = LoadAssignments(ms, g)
-	byGroup[g] = endpointsEntry{ms: ms, res: res}
+	res = LoadAssignments(ms, g, dr)
+	byGroup[g] = endpointsEntry{ms: ms, dr: dr, res: res}
 	return res, true
 }
 

@@ -3,6 +3,9 @@ package xdsgen
 import (
 	"testing"
 
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -10,20 +13,20 @@ func TestCacheService(t *testing.T) {
 	c := NewCache()
 	svc := echoService()
 
-	first, rebuilt := c.Service(svc)
+	first, rebuilt := c.Service(svc, istioconfig.HostConfig{}, "")
 	if !rebuilt || len(first.Listeners) != 2 || len(first.Routes) != 2 || len(first.Clusters) != 2 {
 		t.Fatalf("first call: rebuilt=%v, %d/%d/%d resources", rebuilt, len(first.Listeners), len(first.Routes), len(first.Clusters))
 	}
 
 	// An equal Service (a different pointer) reuses the very same resources.
-	again, rebuilt := c.Service(echoService())
+	again, rebuilt := c.Service(echoService(), istioconfig.HostConfig{}, "")
 	if rebuilt || again.Listeners[0] != first.Listeners[0] || again.Clusters[1] != first.Clusters[1] {
 		t.Errorf("equal service: rebuilt=%v, same resources=%v", rebuilt, again.Listeners[0] == first.Listeners[0])
 	}
 
 	// Mutating the caller's Service in place must not fool the cache.
 	svc.Ports[0].Port = 8443
-	changed, rebuilt := c.Service(svc)
+	changed, rebuilt := c.Service(svc, istioconfig.HostConfig{}, "")
 	if !rebuilt || changed.Listeners[0].GetName() != ListenerName(echoHost, 8443) {
 		t.Errorf("changed port: rebuilt=%v, listener %q", rebuilt, changed.Listeners[0].GetName())
 	}
@@ -31,19 +34,52 @@ func TestCacheService(t *testing.T) {
 	// Another hostname is independent.
 	other := echoService()
 	other.Hostname = "other.demo.svc.cluster.local"
-	if _, rebuilt := c.Service(other); !rebuilt {
+	if _, rebuilt := c.Service(other, istioconfig.HostConfig{}, ""); !rebuilt {
 		t.Error("new hostname not built")
 	}
-	if _, rebuilt := c.Service(svc); rebuilt {
+	if _, rebuilt := c.Service(svc, istioconfig.HostConfig{}, ""); rebuilt {
 		t.Error("unrelated hostname rebuilt")
 	}
 
 	c.Forget(echoHost)
-	if _, rebuilt := c.Service(svc); !rebuilt {
+	if _, rebuilt := c.Service(svc, istioconfig.HostConfig{}, ""); !rebuilt {
 		t.Error("not rebuilt after Forget")
 	}
-	if res, rebuilt := c.Service(nil); rebuilt || res.Listeners != nil {
+	if res, rebuilt := c.Service(nil, istioconfig.HostConfig{}, ""); rebuilt || res.Listeners != nil {
 		t.Error("nil service")
+	}
+}
+
+// A host's Istio objects are part of the memo's key, by identity: the
+// same objects reuse the resources, other ones (even equal) rebuild them.
+func TestCacheServiceConfig(t *testing.T) {
+	c := NewCache()
+	rule := func() *istioconfig.DestinationRule {
+		return &istioconfig.DestinationRule{Spec: &networking.DestinationRule{Host: "echo"}}
+	}
+	dr := rule()
+	cfg := istioconfig.HostConfig{DestinationRule: dr}
+	if _, rebuilt := c.Service(echoService(), cfg, ""); !rebuilt {
+		t.Fatal("first call not built")
+	}
+	if _, rebuilt := c.Service(echoService(), istioconfig.HostConfig{DestinationRule: dr}, ""); rebuilt {
+		t.Error("the same objects rebuilt")
+	}
+	if _, rebuilt := c.Service(echoService(), istioconfig.HostConfig{DestinationRule: rule()}, ""); !rebuilt {
+		t.Error("a new object (a new generation) not rebuilt")
+	}
+	if _, rebuilt := c.Service(echoService(), istioconfig.HostConfig{}, ""); !rebuilt {
+		t.Error("an object's removal not rebuilt")
+	}
+	ms := fleet(true)
+	if _, rebuilt := c.LoadAssignments(ms, groupEast, dr); !rebuilt {
+		t.Fatal("first assignments not built")
+	}
+	if _, rebuilt := c.LoadAssignments(ms, groupEast, dr); rebuilt {
+		t.Error("the same rule rebuilt assignments")
+	}
+	if _, rebuilt := c.LoadAssignments(ms, groupEast, nil); !rebuilt {
+		t.Error("a removed rule did not rebuild assignments")
 	}
 }
 
@@ -51,41 +87,41 @@ func TestCacheLoadAssignments(t *testing.T) {
 	c := NewCache()
 	ms := fleet(true)
 
-	first, rebuilt := c.LoadAssignments(ms, groupEast)
+	first, rebuilt := c.LoadAssignments(ms, groupEast, nil)
 	if !rebuilt || len(first) != 2 {
 		t.Fatalf("first call: rebuilt=%v, %d assignments", rebuilt, len(first))
 	}
-	if again, rebuilt := c.LoadAssignments(ms, groupEast); rebuilt || again[0] != first[0] {
+	if again, rebuilt := c.LoadAssignments(ms, groupEast, nil); rebuilt || again[0] != first[0] {
 		t.Errorf("same view: rebuilt=%v", rebuilt)
 	}
-	if _, rebuilt := c.LoadAssignments(ms, groupNoZone); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms, groupNoZone, nil); !rebuilt {
 		t.Error("other group not built")
 	}
 	// A new view (as the registry hands out after a shard change) rebuilds.
-	if _, rebuilt := c.LoadAssignments(fleet(false), groupEast); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(fleet(false), groupEast, nil); !rebuilt {
 		t.Error("new view not rebuilt")
 	}
 
 	ms2 := fleet(false)
-	c.LoadAssignments(ms2, groupEast)
+	c.LoadAssignments(ms2, groupEast, nil)
 	c.ForgetGroup(groupEast)
-	if _, rebuilt := c.LoadAssignments(ms2, groupEast); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms2, groupEast, nil); !rebuilt {
 		t.Error("not rebuilt after ForgetGroup")
 	}
-	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone, nil); !rebuilt {
 		t.Error("groupNoZone still holds the old view") // it saw ms, not ms2
 	}
-	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone); rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone, nil); rebuilt {
 		t.Error("groupNoZone rebuilt twice")
 	}
 	c.Forget(echoHost)
-	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone, nil); !rebuilt {
 		t.Error("not rebuilt after Forget")
 	}
-	if res, rebuilt := c.LoadAssignments(nil, groupEast); rebuilt || res != nil {
+	if res, rebuilt := c.LoadAssignments(nil, groupEast, nil); rebuilt || res != nil {
 		t.Error("nil view")
 	}
-	if res, rebuilt := c.LoadAssignments(&model.MergedService{}, groupEast); rebuilt || res != nil {
+	if res, rebuilt := c.LoadAssignments(&model.MergedService{}, groupEast, nil); rebuilt || res != nil {
 		t.Error("view without service")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -13,29 +14,47 @@ import (
 // the dial's own deadline), but Envoy's validation requires a positive value.
 const connectTimeout = 10 * time.Second
 
-// Clusters returns one EDS cluster per port of svc, sorted by port, named
-// ClusterName. Each fetches its endpoints over ADS under the EDS service name
-// ClusterName (the name LoadAssignments gives its result) and balances round
-// robin, which grpc-go runs as locality-weighted round robin. Clusters is
-// pure; a nil svc yields nil.
-func Clusters(svc *model.Service) []*clusterv3.Cluster {
+// Clusters returns the clusters of a proxyless gRPC client for svc under
+// DestinationRule dr (nil: none), sorted by name: per port of svc the
+// default cluster ClusterName and one SubsetClusterName per subset of dr.
+// Each fetches its endpoints over ADS under its own name as EDS service name
+// (the names LoadAssignments gives its results) and balances round robin,
+// which grpc-go runs as locality-weighted round robin, unless dr's effective
+// traffic policy for the port and subset says otherwise (what grpc-go
+// accepts of it is translated; ClusterNotes(ProxyGRPC, dr) says what is left
+// out). With a nil dr the result depends on svc alone. Clusters is pure; a
+// nil svc yields nil.
+func Clusters(svc *model.Service, dr *istioconfig.DestinationRule) []*clusterv3.Cluster {
 	ports := servicePorts(svc)
 	if len(ports) == 0 {
 		return nil
 	}
-	out := make([]*clusterv3.Cluster, 0, len(ports))
+	subsets := subsetNames(dr)
+	out := make([]*clusterv3.Cluster, 0, len(ports)*(1+len(subsets)))
 	for _, p := range ports {
-		name := ClusterName(svc.Hostname, p.Port)
-		out = append(out, &clusterv3.Cluster{
-			Name:                 name,
-			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
-				EdsConfig:   adsConfigSource(),
-				ServiceName: name,
-			},
-			LbPolicy:       clusterv3.Cluster_ROUND_ROBIN,
-			ConnectTimeout: durationpb.New(connectTimeout),
-		})
+		out = append(out, proxylessCluster(svc.Hostname, p.Port, "", dr))
+		for _, s := range subsets {
+			out = append(out, proxylessCluster(svc.Hostname, p.Port, s, dr))
+		}
 	}
+	sortByName(out)
 	return out
+}
+
+// proxylessCluster is the cluster of subset ("" for the whole service) of
+// port of h for grpc-go.
+func proxylessCluster(h model.Hostname, port uint32, subset string, dr *istioconfig.DestinationRule) *clusterv3.Cluster {
+	name := SubsetClusterName(h, port, subset)
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
+			EdsConfig:   adsConfigSource(),
+			ServiceName: name,
+		},
+		LbPolicy:       clusterv3.Cluster_ROUND_ROBIN,
+		ConnectTimeout: durationpb.New(connectTimeout),
+	}
+	applyPolicy(c, effectivePolicy(dr, port, subset), ProxyGRPC, false, discard)
+	return c
 }

@@ -11,6 +11,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -34,12 +35,21 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 	}
 }
 
-// LoadAssignments returns one ClusterLoadAssignment per port of ms.Service
-// (same ports and order as Clusters), named ClusterName, as proxies of group g
-// should see it:
+// LoadAssignments returns the ClusterLoadAssignments of ms.Service as
+// proxies of group g should see them, under DestinationRule dr (nil: none):
+// per port of ms.Service (same ports and order as Clusters' default
+// clusters), the default assignment named ClusterName, then one per subset
+// of dr, in name order, named SubsetClusterName: the names of Clusters' EDS
+// resources. Every assignment follows the same rules:
 //
 //   - only ready endpoints that map the service port to a target port
 //     (model.Endpoint.TargetPort) in 1..65535 and have a valid address;
+//   - a subset's only the endpoints its labels select: every key/value of
+//     the subset's labels is one of the endpoint's Pod labels, or of its
+//     topology (topology.istio.io/cluster, topology.kubernetes.io/region and
+//     zone, topology.istio.io/subzone), which comes from the endpoint's
+//     cluster and locality as Istio derives it; a subset without labels
+//     selects every endpoint;
 //   - priority by proximity to g: the proxies' own cluster, then other
 //     clusters of their region, then the rest; empty classes are skipped and
 //     priorities numbered contiguously from 0, as grpc-go requires;
@@ -54,10 +64,12 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 //   - localities sorted by priority, region, zone, subzone, endpoints by
 //     address and port, so equal inputs give proto.Equal outputs.
 //
-// A port without eligible endpoints yields an assignment with no endpoints,
-// which grpc-go reports as "no endpoints" to RPCs. LoadAssignments is pure and
-// does not modify ms; nil ms (or ms.Service) yields nil.
-func LoadAssignments(ms *model.MergedService, g ProxyGroup) []*endpointv3.ClusterLoadAssignment {
+// An assignment without eligible endpoints (a port nobody serves, a subset
+// that selects nothing) has no endpoints: valid, and grpc-go fails its RPCs
+// with UNAVAILABLE, Envoy answers 503. With a nil dr, or one without
+// subsets, the result depends on ms and g alone. LoadAssignments is pure and
+// does not modify ms or dr; nil ms (or ms.Service) yields nil.
+func LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule) []*endpointv3.ClusterLoadAssignment {
 	if ms == nil {
 		return nil
 	}
@@ -65,10 +77,20 @@ func LoadAssignments(ms *model.MergedService, g ProxyGroup) []*endpointv3.Cluste
 	if len(ports) == 0 {
 		return nil
 	}
-	out := make([]*endpointv3.ClusterLoadAssignment, 0, len(ports))
+	// Which endpoints each subset selects does not depend on the port.
+	subsets := subsetNames(dr)
+	members := make([][]bool, len(subsets))
+	for i, s := range subsets {
+		members[i] = subsetMembers(ms.Endpoints, findSubset(dr, s).GetLabels())
+	}
+	h := ms.Service.Hostname
+	out := make([]*endpointv3.ClusterLoadAssignment, 0, len(ports)*(1+len(subsets)))
 	var b assignmentBuilder
 	for _, sp := range ports {
-		out = append(out, b.build(ms, sp, g))
+		out = append(out, b.build(ms, sp, g, ClusterName(h, sp.Port), nil))
+		for i, s := range subsets {
+			out = append(out, b.build(ms, sp, g, SubsetClusterName(h, sp.Port, s), members[i]))
+		}
 	}
 	return out
 }
@@ -131,9 +153,10 @@ type assignmentBuilder struct {
 	byRank     []model.Locality
 }
 
-// build computes the assignment of port sp of ms for group g.
-func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort, g ProxyGroup) *endpointv3.ClusterLoadAssignment {
-	cla := &endpointv3.ClusterLoadAssignment{ClusterName: ClusterName(ms.Service.Hostname, sp.Port)}
+// build computes the assignment named name of port sp of ms for group g,
+// over the endpoints member says (member[i] for ms.Endpoints[i]; nil: all).
+func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort, g ProxyGroup, name string, member []bool) *endpointv3.ClusterLoadAssignment {
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 
 	// Collect the eligible endpoints, numbering their localities as they
 	// come. Sorting by small integer keys is several times faster than by
@@ -149,7 +172,7 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 	lastID := uint32(0)
 	for i := range ms.Endpoints {
 		ep := &ms.Endpoints[i]
-		if !ep.Ready || !ep.Address.IsValid() {
+		if !ep.Ready || !ep.Address.IsValid() || member != nil && !member[i] {
 			continue
 		}
 		tp, ok := ep.TargetPort(sp)

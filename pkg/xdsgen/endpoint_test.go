@@ -14,6 +14,7 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -69,7 +70,7 @@ func TestLoadAssignmentsInvariants(t *testing.T) {
 	for seed := range uint64(50) {
 		ms := randomService(seed, 1+int(seed)*7)
 		for _, g := range groups {
-			clas := LoadAssignments(ms, g)
+			clas := LoadAssignments(ms, g, nil)
 			ports := servicePorts(ms.Service)
 			if len(clas) != len(ports) {
 				t.Fatalf("seed %d: %d assignments for %d ports", seed, len(clas), len(ports))
@@ -164,7 +165,7 @@ func checkAssignment(t *testing.T, ctx string, ms *model.MergedService, sp model
 // not matter and that the output marshals to the same bytes every time.
 func TestLoadAssignmentsDeterministic(t *testing.T) {
 	ms := randomService(7, 500)
-	want := LoadAssignments(ms, groupEast)
+	want := LoadAssignments(ms, groupEast, nil)
 	wantBytes := marshalAll(t, want)
 	r := rand.New(rand.NewPCG(7, 7))
 	for range 5 {
@@ -173,7 +174,7 @@ func TestLoadAssignmentsDeterministic(t *testing.T) {
 		r.Shuffle(len(shuffled.Endpoints), func(i, j int) {
 			shuffled.Endpoints[i], shuffled.Endpoints[j] = shuffled.Endpoints[j], shuffled.Endpoints[i]
 		})
-		got := LoadAssignments(&shuffled, groupEast)
+		got := LoadAssignments(&shuffled, groupEast, nil)
 		for i := range want {
 			if !proto.Equal(got[i], want[i]) {
 				t.Fatalf("assignment %d differs after shuffling the input", i)
@@ -203,7 +204,7 @@ func TestLoadAssignmentsPure(t *testing.T) {
 	ms := randomService(3, 100)
 	before := slices.Clone(ms.Endpoints)
 	svcBefore := *ms.Service
-	LoadAssignments(ms, groupEast)
+	LoadAssignments(ms, groupEast, nil)
 	if !ms.Service.Equal(&svcBefore) {
 		t.Error("service modified")
 	}
@@ -215,10 +216,10 @@ func TestLoadAssignmentsPure(t *testing.T) {
 }
 
 func TestLoadAssignmentsEdgeCases(t *testing.T) {
-	if got := LoadAssignments(nil, groupEast); got != nil {
+	if got := LoadAssignments(nil, groupEast, nil); got != nil {
 		t.Errorf("nil service: %v", got)
 	}
-	if got := LoadAssignments(&model.MergedService{}, groupEast); got != nil {
+	if got := LoadAssignments(&model.MergedService{}, groupEast, nil); got != nil {
 		t.Errorf("service without Service: %v", got)
 	}
 
@@ -228,7 +229,7 @@ func TestLoadAssignmentsEdgeCases(t *testing.T) {
 		ep("cluster-2", "10.0.0.1", usEast1a, true),
 		ep("cluster-2", "fd00::1", usEast1a, true),
 	)
-	cla := LoadAssignments(ms, groupEast)[0]
+	cla := LoadAssignments(ms, groupEast, nil)[0]
 	var addrs []string
 	for _, lle := range cla.GetEndpoints() {
 		for _, lb := range lle.GetLbEndpoints() {
@@ -242,7 +243,7 @@ func TestLoadAssignmentsEdgeCases(t *testing.T) {
 	// An endpoint without a valid address is skipped.
 	bad := ep("cluster-1", "10.0.0.9", usEast1a, true)
 	bad.Address = netip.Addr{}
-	if cla := LoadAssignments(merged(bad), groupEast)[0]; len(cla.GetEndpoints()) != 0 {
+	if cla := LoadAssignments(merged(bad), groupEast, nil)[0]; len(cla.GetEndpoints()) != 0 {
 		t.Errorf("endpoint without address included: %v", cla)
 	}
 }
@@ -261,13 +262,13 @@ func TestServicePorts(t *testing.T) {
 		t.Errorf("servicePorts = %v, want %v", got, want)
 	}
 	for name, n := range map[string]int{
-		"listeners": len(Listeners(svc)), "routes": len(Routes(svc)), "clusters": len(Clusters(svc)),
+		"listeners": len(Listeners(svc)), "routes": len(Routes(svc, istioconfig.HostConfig{}, "")), "clusters": len(Clusters(svc, nil)),
 	} {
 		if n != 2 {
 			t.Errorf("%d %s, want 2", n, name)
 		}
 	}
-	if Listeners(nil) != nil || Routes(nil) != nil || Clusters(nil) != nil {
+	if Listeners(nil) != nil || Routes(nil, istioconfig.HostConfig{}, "") != nil || Clusters(nil, nil) != nil {
 		t.Error("nil service yields resources")
 	}
 }
@@ -283,8 +284,8 @@ func TestDomains(t *testing.T) {
 // TestResourcesReferToEachOther follows the chain a grpc-go client walks.
 func TestResourcesReferToEachOther(t *testing.T) {
 	svc := echoService()
-	ls, rs, cs := Listeners(svc), Routes(svc), Clusters(svc)
-	clas := LoadAssignments(fleet(true), groupEast)
+	ls, rs, cs := Listeners(svc), Routes(svc, istioconfig.HostConfig{}, ""), Clusters(svc, nil)
+	clas := LoadAssignments(fleet(true), groupEast, nil)
 	for i, p := range servicePorts(svc) {
 		h, port, err := ParseListenerName(ls[i].GetName())
 		if err != nil || h != svc.Hostname || port != p.Port {

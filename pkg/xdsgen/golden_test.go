@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
@@ -77,8 +78,8 @@ func TestGoldenService(t *testing.T) {
 	svc := echoService()
 	got := render(t,
 		section{"listeners", asMessages(Listeners(svc))},
-		section{"routes", asMessages(Routes(svc))},
-		section{"clusters", asMessages(Clusters(svc))},
+		section{"routes", asMessages(Routes(svc, istioconfig.HostConfig{}, ""))},
+		section{"clusters", asMessages(Clusters(svc, nil))},
 	)
 	checkGolden(t, "service_two_ports", got)
 }
@@ -123,7 +124,7 @@ func TestGoldenLoadAssignments(t *testing.T) {
 		), groupEast},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clas := LoadAssignments(tc.ms, tc.group)
+			clas := LoadAssignments(tc.ms, tc.group, nil)
 			checkGolden(t, tc.name, render(t, section{"clusterLoadAssignments", asMessages(clas)}))
 		})
 	}

@@ -14,7 +14,7 @@ import (
 var ErrMalformedName = errors.New("xdsgen: malformed resource name")
 
 // clusterNamePrefix starts every cluster name; meshfed only generates the
-// outbound direction and no subsets, like Istio's "outbound|<port>||<fqdn>".
+// outbound direction, like Istio's "outbound|<port>|<subset>|<fqdn>".
 const clusterNamePrefix = "outbound|"
 
 // ProxyGroup identifies the proxies that receive identical endpoint
@@ -31,9 +31,19 @@ type ProxyGroup struct {
 func (g ProxyGroup) String() string { return string(g.Cluster) + "/" + g.Region }
 
 // ClusterName returns the CDS (and EDS) resource name of port of service h,
-// "outbound|<port>||<hostname>". It is pure.
+// "outbound|<port>||<hostname>": the cluster of all of the service's
+// endpoints. It is SubsetClusterName(h, port, ""). It is pure.
 func ClusterName(h model.Hostname, port uint32) string {
-	return clusterNamePrefix + strconv.FormatUint(uint64(port), 10) + "||" + string(h)
+	return SubsetClusterName(h, port, "")
+}
+
+// SubsetClusterName returns the CDS (and EDS) resource name of subset of
+// port of service h, "outbound|<port>|<subset>|<hostname>", Istio's form; an
+// empty subset names the whole service (ClusterName). Subset names are
+// DNS-1123 labels (validate.DestinationRule), so they never contain the '|'
+// separator. It is pure.
+func SubsetClusterName(h model.Hostname, port uint32, subset string) string {
+	return clusterNamePrefix + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + string(h)
 }
 
 // ListenerName returns the LDS resource name of port of service h,
@@ -49,25 +59,46 @@ func RouteName(h model.Hostname, port uint32) string { return ListenerName(h, po
 
 // ParseClusterName is the inverse of ClusterName. It accepts only names that
 // ClusterName produces for a valid DNS hostname and a port in 1..65535 written
-// without leading zeros, so that ClusterName(ParseClusterName(s)) == s. Errors
-// wrap ErrMalformedName. It is pure.
+// without leading zeros, so that ClusterName(ParseClusterName(s)) == s; a
+// subset cluster's name is rejected (ParseSubsetClusterName accepts both).
+// Errors wrap ErrMalformedName. It is pure.
 func ParseClusterName(name string) (model.Hostname, uint32, error) {
+	h, port, subset, err := ParseSubsetClusterName(name)
+	if err != nil {
+		return "", 0, err
+	}
+	if subset != "" {
+		return "", 0, malformed(name, "subset %q: want \"outbound|<port>||<hostname>\"", subset)
+	}
+	return h, port, nil
+}
+
+// ParseSubsetClusterName is the inverse of SubsetClusterName, with the
+// strictness of ParseClusterName; the subset, when not empty, must be a
+// DNS-1123 label. The subset is "" for a service's default cluster. Errors
+// wrap ErrMalformedName. It is pure.
+func ParseSubsetClusterName(name string) (h model.Hostname, port uint32, subset string, err error) {
 	rest, ok := strings.CutPrefix(name, clusterNamePrefix)
 	if !ok {
-		return "", 0, malformed(name, "want prefix %q", clusterNamePrefix)
+		return "", 0, "", malformed(name, "want prefix %q", clusterNamePrefix)
 	}
-	portStr, host, ok := strings.Cut(rest, "||")
-	if !ok {
-		return "", 0, malformed(name, `want "outbound|<port>||<hostname>"`)
+	parts := strings.SplitN(rest, "|", 3)
+	if len(parts) != 3 {
+		return "", 0, "", malformed(name, `want "outbound|<port>|<subset>|<hostname>"`)
 	}
-	port, err := parsePort(portStr)
+	port, err = parsePort(parts[0])
 	if err != nil {
-		return "", 0, malformed(name, "%v", err)
+		return "", 0, "", malformed(name, "%v", err)
 	}
-	if err := checkHostname(host); err != nil {
-		return "", 0, malformed(name, "%v", err)
+	if parts[1] != "" {
+		if err := checkLabel(parts[1]); err != nil {
+			return "", 0, "", malformed(name, "subset: %v", err)
+		}
 	}
-	return model.Hostname(host), port, nil
+	if err := checkHostname(parts[2]); err != nil {
+		return "", 0, "", malformed(name, "%v", err)
+	}
+	return model.Hostname(parts[2]), port, parts[1], nil
 }
 
 // ParseListenerName is the inverse of ListenerName (and RouteName), with the
@@ -124,17 +155,26 @@ func checkHostname(h string) error {
 		return fmt.Errorf("hostname longer than 253 characters")
 	}
 	for label := range strings.SplitSeq(h, ".") {
-		if label == "" || len(label) > 63 {
-			return fmt.Errorf("bad label %q in hostname %q", label, h)
+		if err := checkLabel(label); err != nil {
+			return fmt.Errorf("hostname %q: %w", h, err)
 		}
-		if label[0] == '-' || label[len(label)-1] == '-' {
-			return fmt.Errorf("label %q in hostname %q starts or ends with '-'", label, h)
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
-				return fmt.Errorf("bad character %q in hostname %q", c, h)
-			}
+	}
+	return nil
+}
+
+// checkLabel accepts a DNS-1123 label: 1 to 63 characters from [a-z0-9-]
+// that neither start nor end with '-'.
+func checkLabel(label string) error {
+	if label == "" || len(label) > 63 {
+		return fmt.Errorf("bad label %q", label)
+	}
+	if label[0] == '-' || label[len(label)-1] == '-' {
+		return fmt.Errorf("label %q starts or ends with '-'", label)
+	}
+	for i := 0; i < len(label); i++ {
+		c := label[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return fmt.Errorf("bad character %q in label %q", c, label)
 		}
 	}
 	return nil

@@ -70,7 +70,7 @@ func TestParseClusterNameMalformed(t *testing.T) {
 		"outbound|8080|",
 		"outbound|8080|echo.demo",        // one separator
 		"inbound|8080||echo.demo",        // direction
-		"outbound|8080|v1|echo.demo",     // subset
+		"outbound|8080|v1|echo.demo",     // subset (ParseSubsetClusterName's)
 		"outbound|8080|||echo.demo",      // stray separator
 		"outbound||echo.demo",            // no port
 		"outbound|0||echo.demo",          // port 0
@@ -150,6 +150,77 @@ func FuzzParseClusterName(f *testing.F) {
 		// The same hostname and port make a valid listener name too.
 		if h2, p2, err := ParseListenerName(ListenerName(h, p)); err != nil || h2 != h || p2 != p {
 			t.Fatalf("ParseListenerName(ListenerName(%q, %d)) = %q, %d, %v", h, p, h2, p2, err)
+		}
+	})
+}
+
+func TestSubsetClusterNames(t *testing.T) {
+	for _, tc := range []struct {
+		host   model.Hostname
+		port   uint32
+		subset string
+		name   string
+	}{
+		{echoHost, 8080, "v1", "outbound|8080|v1|echo.demo.svc.cluster.local"},
+		{echoHost, 8080, "", "outbound|8080||echo.demo.svc.cluster.local"},
+		{"x", 1, "canary-2", "outbound|1|canary-2|x"},
+	} {
+		if got := SubsetClusterName(tc.host, tc.port, tc.subset); got != tc.name {
+			t.Errorf("SubsetClusterName(%q, %d, %q) = %q, want %q", tc.host, tc.port, tc.subset, got, tc.name)
+		}
+		if h, p, s, err := ParseSubsetClusterName(tc.name); err != nil || h != tc.host || p != tc.port || s != tc.subset {
+			t.Errorf("ParseSubsetClusterName(%q) = %q, %d, %q, %v", tc.name, h, p, s, err)
+		}
+	}
+	if got := ClusterName(echoHost, 8080); got != SubsetClusterName(echoHost, 8080, "") {
+		t.Errorf("ClusterName = %q, not the empty subset's", got)
+	}
+	for _, name := range []string{
+		"outbound|8080|V1|echo.demo",                         // upper case
+		"outbound|8080|-v1|echo.demo",                        // starts with '-'
+		"outbound|8080|v.1|echo.demo",                        // not a label
+		"outbound|8080|v1|",                                  // no hostname
+		"outbound|8080|v1||echo.demo",                        // stray separator
+		"outbound|8080|v1|echo|demo",                         // separator in hostname
+		"outbound|8080|" + strings.Repeat("a", 64) + "|echo", // label too long
+		"outbound|0|v1|echo.demo",                            // port 0
+	} {
+		if h, p, s, err := ParseSubsetClusterName(name); !errors.Is(err, ErrMalformedName) {
+			t.Errorf("ParseSubsetClusterName(%q) = %q, %d, %q, %v; want ErrMalformedName", name, h, p, s, err)
+		}
+	}
+}
+
+// FuzzParseSubsetClusterName checks that ParseSubsetClusterName accepts
+// exactly the names SubsetClusterName produces, and agrees with
+// ParseClusterName on names without a subset.
+func FuzzParseSubsetClusterName(f *testing.F) {
+	for _, s := range []string{
+		"outbound|8080|v1|echo.demo.svc.cluster.local",
+		"outbound|8080||echo",
+		"outbound|8080|V1|echo",
+		"outbound|8080|v1|echo|x",
+		"",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		h, p, subset, err := ParseSubsetClusterName(name)
+		h0, p0, err0 := ParseClusterName(name)
+		if err != nil {
+			if !errors.Is(err, ErrMalformedName) {
+				t.Fatalf("ParseSubsetClusterName(%q): error %v does not wrap ErrMalformedName", name, err)
+			}
+			if err0 == nil {
+				t.Fatalf("ParseClusterName(%q) accepts what ParseSubsetClusterName refuses", name)
+			}
+			return
+		}
+		if got := SubsetClusterName(h, p, subset); got != name {
+			t.Fatalf("SubsetClusterName(ParseSubsetClusterName(%q)) = %q", name, got)
+		}
+		if (err0 == nil) != (subset == "") || (err0 == nil && (h0 != h || p0 != p)) {
+			t.Fatalf("ParseClusterName(%q) = %q, %d, %v; subset %q", name, h0, p0, err0, subset)
 		}
 	})
 }

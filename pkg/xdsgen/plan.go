@@ -9,6 +9,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -57,9 +58,10 @@ func (p Plan) Empty() bool { return len(p.Shared) == 0 && len(p.Groups) == 0 }
 // A Planner is pure (no I/O, clock or goroutines) and not safe for
 // concurrent use; the zero value is not usable, call NewPlanner.
 type Planner struct {
-	opts  Options
-	gen   *Cache
-	names map[model.Hostname][]portNames
+	opts   Options
+	gen    *Cache
+	config *istioconfig.Snapshot
+	names  map[model.Hostname]hostNames
 
 	// written holds what the plans so far put into each cache: shared by
 	// type URL, groups by proxy group (only groups added and not forgotten).
@@ -67,9 +69,27 @@ type Planner struct {
 	groups map[ProxyGroup]map[string]types.Resource
 }
 
-// portNames are the names of a hostname's resources of one port.
-type portNames struct {
-	listener, route, cluster string
+// hostNames are the names of a hostname's shared resources, each sorted.
+// Load assignments are named as the clusters are (EDS service names).
+type hostNames struct {
+	listeners, routes, clusters []string
+}
+
+func hostNamesOf(res ServiceResources) hostNames {
+	var n hostNames
+	for _, r := range res.Listeners {
+		n.listeners = append(n.listeners, r.GetName())
+	}
+	for _, r := range res.Routes {
+		n.routes = append(n.routes, r.GetName())
+	}
+	for _, r := range res.Clusters {
+		n.clusters = append(n.clusters, r.GetName())
+	}
+	slices.Sort(n.listeners)
+	slices.Sort(n.routes)
+	slices.Sort(n.clusters)
+	return n
 }
 
 // NewPlanner returns a Planner that has written nothing and tracks no group.
@@ -77,7 +97,7 @@ func NewPlanner(opts Options) *Planner {
 	p := &Planner{
 		opts:   opts,
 		gen:    NewCache(),
-		names:  map[model.Hostname][]portNames{},
+		names:  map[model.Hostname]hostNames{},
 		shared: map[string]map[string]types.Resource{},
 		groups: map[ProxyGroup]map[string]types.Resource{},
 	}
@@ -100,11 +120,12 @@ func (u pending) del(name string) { u[name] = nil }
 // Plan returns what to write so that the caches hold the resources of
 // updates (and still those of every other hostname planned before), and
 // records it as written. Listeners, routes and clusters are rebuilt only
-// for a changed model.Service, and with Options.Security clusters also for
-// changed service accounts; a group's load assignments only for a new
-// MergedService (see Cache). A hostname that left the registry, or a port
-// that left a service, has its resources deleted from every cache,
-// including every group's.
+// for a changed model.Service or other Istio objects of its host (see
+// SetConfig), and with Options.Security clusters also for changed service
+// accounts; a group's load assignments only for a new MergedService or
+// DestinationRule (see Cache). A hostname that left the registry, or a port
+// or subset that left a service, has its resources deleted from every
+// cache, including every group's.
 func (p *Planner) Plan(updates []ServiceUpdate) Plan {
 	b := draft{shared: map[string]pending{}, eds: make(map[ProxyGroup]pending, len(p.groups))}
 	for _, t := range SharedTypes {
@@ -144,37 +165,59 @@ type draft struct {
 	eds    map[ProxyGroup]pending
 }
 
-// withdraw deletes the resources of one port from every cache.
-func (b draft) withdraw(n portNames) {
-	b.shared[resourcev3.ListenerType].del(n.listener)
-	b.shared[resourcev3.RouteType].del(n.route)
-	b.shared[resourcev3.ClusterType].del(n.cluster)
-	for _, u := range b.eds {
-		u.del(n.cluster)
+// withdraw deletes from every cache the resources named in old but not in
+// kept (nothing is kept when a hostname leaves).
+func (b draft) withdraw(old, kept hostNames) {
+	gone := func(name string, kept []string) bool {
+		_, found := slices.BinarySearch(kept, name)
+		return !found
+	}
+	for _, n := range old.listeners {
+		if gone(n, kept.listeners) {
+			b.shared[resourcev3.ListenerType].del(n)
+		}
+	}
+	for _, n := range old.routes {
+		if gone(n, kept.routes) {
+			b.shared[resourcev3.RouteType].del(n)
+		}
+	}
+	for _, n := range old.clusters {
+		if gone(n, kept.clusters) {
+			b.shared[resourcev3.ClusterType].del(n)
+			for _, u := range b.eds {
+				u.del(n)
+			}
+		}
 	}
 }
+
+// SetConfig makes s the Istio configuration of the next Plans (nil: none).
+// It returns, of hosts (the registry's hostnames), those whose
+// configuration changed, which the caller must plan for the change to
+// reach the caches.
+func (p *Planner) SetConfig(s *istioconfig.Snapshot, hosts []model.Hostname) []model.Hostname {
+	changed := istioconfig.ChangedHosts(p.config, s, hosts)
+	p.config = s
+	return changed
+}
+
+// Config returns the configuration Plans use.
+func (p *Planner) Config() *istioconfig.Snapshot { return p.config }
 
 // planService adds to b the writes for hostname h, whose view is now ms
 // (nil when it left), and updates the names and memos kept for h.
 func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService) {
 	old := p.names[h]
 	if ms == nil || ms.Service == nil {
-		for _, n := range old {
-			b.withdraw(n)
-		}
+		b.withdraw(old, hostNames{})
 		delete(p.names, h)
 		p.gen.Forget(h)
 		return
 	}
-	if res, rebuilt := p.gen.Service(ms.Service); rebuilt {
-		names := make([]portNames, 0, len(ms.Service.Ports))
-		for _, port := range ms.Service.Ports {
-			names = append(names, portNames{
-				listener: ListenerName(h, port.Port),
-				route:    RouteName(h, port.Port),
-				cluster:  ClusterName(h, port.Port),
-			})
-		}
+	cfg := p.config.Host(h)
+	if res, rebuilt := p.gen.Service(ms.Service, cfg, p.config.DomainSuffix()); rebuilt {
+		names := hostNamesOf(res)
 		for _, r := range res.Listeners {
 			b.shared[resourcev3.ListenerType].put(r.GetName(), r)
 		}
@@ -184,22 +227,18 @@ func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService
 		for _, r := range res.Clusters {
 			b.shared[resourcev3.ClusterType].put(r.GetName(), r)
 		}
-		for _, n := range old {
-			if !slices.Contains(names, n) {
-				b.withdraw(n)
-			}
-		}
+		b.withdraw(old, names)
 		p.names[h] = names
 	}
 	if p.opts.Security {
 		// Secure clusters also depend on the endpoints' service accounts;
 		// the diff drops them when they did not change.
-		for _, r := range ServiceClusters(ms, p.opts) {
+		for _, r := range ServiceClusters(ms, cfg.DestinationRule, p.opts) {
 			b.shared[resourcev3.ClusterType].put(r.GetName(), r)
 		}
 	}
 	for g, u := range b.eds {
-		if clas, rebuilt := p.gen.LoadAssignments(ms, g); rebuilt {
+		if clas, rebuilt := p.gen.LoadAssignments(ms, g, cfg.DestinationRule); rebuilt {
 			for _, cla := range clas {
 				u.put(cla.GetClusterName(), cla)
 			}
@@ -261,7 +300,7 @@ func (p *Planner) AddGroup(g ProxyGroup, services []*model.MergedService) map[st
 	}
 	w := map[string]types.Resource{}
 	for _, ms := range services {
-		clas, _ := p.gen.LoadAssignments(ms, g)
+		clas, _ := p.gen.LoadAssignments(ms, g, p.config.Host(ms.Service.Hostname).DestinationRule)
 		for _, cla := range clas {
 			w[cla.GetClusterName()] = cla
 		}

@@ -332,7 +332,7 @@ func TestPlannerGroups(t *testing.T) {
 
 	// Back: built from the view it is given now, not the one it had.
 	back := p.AddGroup(groupEast, []*model.MergedService{fleet(false)})
-	want := LoadAssignments(fleet(false), groupEast)
+	want := LoadAssignments(fleet(false), groupEast, nil)
 	if len(back) != len(want) {
 		t.Fatalf("rebuilt group: %d assignments, want %d", len(back), len(want))
 	}

@@ -6,40 +6,59 @@ import (
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
-// Routes returns one route configuration per port of svc, sorted by port,
-// named RouteName. Each has a single virtual host whose domains are every
-// authority a client may use for the service (the FQDN and the Kubernetes
-// short forms, each bare and with ":<port>") and one route sending every path
-// ("/" prefix) to ClusterName. Routes is pure; a nil svc yields nil.
-func Routes(svc *model.Service) []*routev3.RouteConfiguration {
+// Routes returns the proxyless gRPC route configurations of svc, one per
+// port, sorted by port, named RouteName. Each has a single virtual host
+// whose domains are every authority a client may use for the service (the
+// FQDN and the Kubernetes short forms, each bare and with ":<port>").
+//
+// Its routes are those of cfg's VirtualService for the port, as grpc-go
+// can follow them (see RouteNotes for what is left out); domainSuffix
+// resolves the VirtualService's short destination hosts. Without a
+// VirtualService, or when none of its rules applies to the port, one
+// route sends every path ("/" prefix) to ClusterName, hashing by cfg's
+// DestinationRule's consistentHash header if it has one. Routes is pure;
+// a nil svc yields nil.
+func Routes(svc *model.Service, cfg istioconfig.HostConfig, domainSuffix string) []*routev3.RouteConfiguration {
 	ports := servicePorts(svc)
 	if len(ports) == 0 {
 		return nil
 	}
 	out := make([]*routev3.RouteConfiguration, 0, len(ports))
 	for _, p := range ports {
-		out = append(out, route(svc, p.Port))
+		out = append(out, route(svc, p.Port, cfg, domainSuffix))
 	}
 	return out
 }
 
-func route(svc *model.Service, port uint32) *routev3.RouteConfiguration {
+func route(svc *model.Service, port uint32, cfg istioconfig.HostConfig, domainSuffix string) *routev3.RouteConfiguration {
 	name := RouteName(svc.Hostname, port)
+	routes, _ := virtualServiceRoutes(ProxyGRPC, svc.Hostname, port, cfg, domainSuffix, nil)
+	if len(routes) == 0 {
+		routes = []*routev3.Route{defaultProxylessRoute(svc.Hostname, port, cfg.DestinationRule)}
+	}
 	return &routev3.RouteConfiguration{
 		Name: name,
 		VirtualHosts: []*routev3.VirtualHost{{
 			Name:    name,
 			Domains: domains(svc, port),
-			Routes: []*routev3.Route{{
-				Name:  "default",
-				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: ClusterName(svc.Hostname, port)},
-				}},
-			}},
+			Routes:  routes,
+		}},
+	}
+}
+
+// defaultProxylessRoute sends every call to port of h.
+func defaultProxylessRoute(h model.Hostname, port uint32, dr *istioconfig.DestinationRule) *routev3.Route {
+	hps, _ := hashPoliciesFor(ProxyGRPC, dr, port, "")
+	return &routev3.Route{
+		Name:  "default",
+		Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+		Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+			ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: ClusterName(h, port)},
+			HashPolicy:       hps,
 		}},
 	}
 }

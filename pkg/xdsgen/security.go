@@ -18,6 +18,7 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
 )
@@ -85,17 +86,18 @@ func ServiceSANs(ms *model.MergedService, opts Options) []string {
 	return slices.Compact(out)
 }
 
-// ServiceClusters returns the clusters of ms's service under opts: without
-// Security exactly Clusters(ms.Service); with it, each cluster also carries
-// a TLS transport socket that presents the client's certificate and accepts
-// only servers whose certificate has one of ServiceSANs(ms, opts). Unlike
-// Clusters, the result depends on the endpoints (their service accounts). It
-// is pure; a nil ms yields nil.
-func ServiceClusters(ms *model.MergedService, opts Options) []*clusterv3.Cluster {
+// ServiceClusters returns the clusters of ms's service under DestinationRule
+// dr (nil: none) and opts: without Security exactly Clusters(ms.Service,
+// dr); with it, each cluster, subset clusters alike, also carries a TLS
+// transport socket that presents the client's certificate and accepts only
+// servers whose certificate has one of ServiceSANs(ms, opts) (dr's tls is
+// not read yet). Unlike Clusters, the result depends on the endpoints
+// (their service accounts). It is pure; a nil ms yields nil.
+func ServiceClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, opts Options) []*clusterv3.Cluster {
 	if ms == nil {
 		return nil
 	}
-	out := Clusters(ms.Service)
+	out := Clusters(ms.Service, dr)
 	if !opts.Security {
 		return out
 	}

@@ -27,7 +27,7 @@ func secureFleet() *model.MergedService {
 
 func TestGoldenSecureClusters(t *testing.T) {
 	opts := Options{Security: true, TrustDomain: "example.org"}
-	checkGolden(t, "clusters_mtls", render(t, section{"clusters", asMessages(ServiceClusters(secureFleet(), opts))}))
+	checkGolden(t, "clusters_mtls", render(t, section{"clusters", asMessages(ServiceClusters(secureFleet(), nil, opts))}))
 }
 
 func TestGoldenInboundListener(t *testing.T) {
@@ -38,7 +38,7 @@ func TestGoldenInboundListener(t *testing.T) {
 
 func TestServiceClustersPlaintextIsClusters(t *testing.T) {
 	ms := secureFleet()
-	got, want := ServiceClusters(ms, Options{}), Clusters(ms.Service)
+	got, want := ServiceClusters(ms, nil, Options{}), Clusters(ms.Service, nil)
 	if len(got) != len(want) {
 		t.Fatalf("got %d clusters, want %d", len(got), len(want))
 	}
@@ -47,7 +47,7 @@ func TestServiceClustersPlaintextIsClusters(t *testing.T) {
 			t.Errorf("cluster %d differs from Clusters without security", i)
 		}
 	}
-	if ServiceClusters(nil, Options{Security: true}) != nil {
+	if ServiceClusters(nil, nil, Options{Security: true}) != nil {
 		t.Error("nil service: want nil")
 	}
 }
@@ -86,7 +86,7 @@ func TestInboundListenerName(t *testing.T) {
 }
 
 func TestValidateSecure(t *testing.T) {
-	for _, c := range ServiceClusters(secureFleet(), Options{Security: true}) {
+	for _, c := range ServiceClusters(secureFleet(), nil, Options{Security: true}) {
 		if err := c.ValidateAll(); err != nil {
 			t.Error(err)
 		}

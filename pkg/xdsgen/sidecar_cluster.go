@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -29,16 +30,22 @@ const localhost = "127.0.0.1"
 //     HTTP2 and GRPC ports, istiod's unlimited circuit breakers, and with
 //     opts.Security Istio mutual TLS (SDS secrets from pilot-agent, SAN
 //     check against ServiceSANs, SNI SidecarSNI, ALPN "istio"[, "h2"]);
+//   - outbound|<port>|<subset>|<hostname> likewise for every subset of the
+//     service's DestinationRule in config (config.Host(hostname)), with
+//     the same TLS as the port's default cluster;
+//   - each of those under the DestinationRule's effective traffic policy
+//     for its port and subset (load balancer, connection pool, outlier
+//     detection; ClusterNotes(ProxyEnvoy, dr) says what is left out);
 //   - PassthroughClusterName (ORIGINAL_DST) and BlackHoleClusterName
 //     (STATIC, no endpoints);
 //   - inbound|<port>|| for every port of sc.Inbound outside the reserved
 //     ones: STATIC to 127.0.0.1:<port>, the app, in plaintext.
 //
-// It is pure.
-func SidecarClusters(services []*model.MergedService, sc Sidecar, opts Options) []*clusterv3.Cluster {
+// A nil config applies no DestinationRule. It is pure.
+func SidecarClusters(services []*model.MergedService, config *istioconfig.Snapshot, sc Sidecar, opts Options) []*clusterv3.Cluster {
 	out := []*clusterv3.Cluster{passthroughCluster(), blackHoleCluster()}
 	for _, ms := range sortedServices(services) {
-		out = append(out, outboundClusters(ms, opts)...)
+		out = append(out, outboundClusters(ms, config.Host(ms.Service.Hostname).DestinationRule, opts)...)
 	}
 	for _, p := range sc.Inbound {
 		if validPort(p.Port) && !reservedPort(p.Port) {
@@ -49,37 +56,47 @@ func SidecarClusters(services []*model.MergedService, sc Sidecar, opts Options) 
 	return out
 }
 
-// outboundClusters are the clusters of ms's ports.
-func outboundClusters(ms *model.MergedService, opts Options) []*clusterv3.Cluster {
+// outboundClusters are the clusters of ms's ports and of dr's subsets.
+func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, opts Options) []*clusterv3.Cluster {
 	var sans []string
 	if opts.Security {
 		sans = ServiceSANs(ms, opts)
 	}
+	subsets := append([]string{""}, subsetNames(dr)...)
 	var out []*clusterv3.Cluster
 	for _, sp := range servicePorts(ms.Service) {
-		name := ClusterName(ms.Service.Hostname, sp.Port)
-		c := &clusterv3.Cluster{
-			Name:                 name,
-			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
-				EdsConfig:   adsWaitingConfigSource(),
-				ServiceName: name,
-			},
-			ConnectTimeout: durationpb.New(connectTimeout),
-			LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
-			CircuitBreakers: &clusterv3.CircuitBreakers{
-				Thresholds: []*clusterv3.CircuitBreakers_Thresholds{unlimitedThresholds()},
-			},
+		for _, subset := range subsets {
+			c := outboundCluster(ms.Service.Hostname, sp, subset, dr)
+			if opts.Security {
+				c.TransportSocket = sidecarUpstreamTLS(SidecarSNI(ms.Service.Hostname, sp.Port), sans, isHTTP2(sp.Protocol))
+			}
+			out = append(out, c)
 		}
-		if isHTTP2(sp.Protocol) {
-			c.TypedExtensionProtocolOptions = http2Options()
-		}
-		if opts.Security {
-			c.TransportSocket = sidecarUpstreamTLS(SidecarSNI(ms.Service.Hostname, sp.Port), sans, isHTTP2(sp.Protocol))
-		}
-		out = append(out, c)
 	}
 	return out
+}
+
+// outboundCluster is the plaintext cluster of subset ("" for the whole
+// service) of port sp of h.
+func outboundCluster(h model.Hostname, sp model.ServicePort, subset string, dr *istioconfig.DestinationRule) *clusterv3.Cluster {
+	name := SubsetClusterName(h, sp.Port, subset)
+	c := &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
+			EdsConfig:   adsWaitingConfigSource(),
+			ServiceName: name,
+		},
+		ConnectTimeout: durationpb.New(connectTimeout),
+		LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
+		CircuitBreakers: &clusterv3.CircuitBreakers{
+			Thresholds: []*clusterv3.CircuitBreakers_Thresholds{unlimitedThresholds()},
+		},
+	}
+	if po := applyPolicy(c, effectivePolicy(dr, sp.Port, subset), ProxyEnvoy, isHTTP2(sp.Protocol), discard); po != nil {
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsKey: mustAny(po)}
+	}
+	return c
 }
 
 // adsWaitingConfigSource is ADS without an initial fetch timeout, istiod's

@@ -3,7 +3,6 @@ package xdsgen
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	originaldstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -38,7 +37,8 @@ const (
 // Outbound, one listener per service port number (reserved ports
 // excepted): a port with an HTTP-family service gets an
 // HttpConnectionManager that fetches route SidecarRouteName(port) over ADS
-// and routes by authority; a port with only TCP services gets a TCP proxy
+// and routes by authority, with the fault and CORS filters (inert unless
+// a VirtualService route configures them) before the router; a port with only TCP services gets a TCP proxy
 // to the first of them in hostname order (see outboundPort.tcpTarget). In
 // REDIRECT and TPROXY mode the listeners are "0.0.0.0_<port>", not bound
 // (bind_to_port false): virtualOutbound on 0.0.0.0:15001 accepts what
@@ -93,6 +93,8 @@ func outboundListener(p outboundPort, sc Sidecar) *listenerv3.Listener {
 	var filter *listenerv3.Filter
 	if p.isHTTP() {
 		hcm := sidecarHCM("outbound_" + name)
+		// VirtualService routes may configure fault injection and CORS.
+		hcm.HttpFilters = append([]*hcmv3.HttpFilter{faultFilter(), corsFilter()}, hcm.HttpFilters...)
 		hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsWaitingConfigSource(),
 			RouteConfigName: SidecarRouteName(p.port),
@@ -246,7 +248,8 @@ func inboundHCM(name string, p InboundPort) *hcmv3.HttpConnectionManager {
 // route: HTTP/1.1 or HTTP/2 detected, the connection's peer not taken as
 // the client (no use_remote_address), paths normalized but escaped slashes
 // kept, no idle timeout on streams (long-lived gRPC streams), websocket
-// upgrades allowed, and the router as the only HTTP filter.
+// upgrades allowed, and the router as the only HTTP filter (outbound
+// listeners add the fault and CORS filters before it).
 func sidecarHCM(statPrefix string) *hcmv3.HttpConnectionManager {
 	return &hcmv3.HttpConnectionManager{
 		CodecType:                    hcmv3.HttpConnectionManager_AUTO,
@@ -256,10 +259,7 @@ func sidecarHCM(statPrefix string) *hcmv3.HttpConnectionManager {
 		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED,
 		StreamIdleTimeout:            durationpb.New(0),
 		UpgradeConfigs:               []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
-		HttpFilters: []*hcmv3.HttpFilter{{
-			Name:       routerFilterName,
-			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
-		}},
+		HttpFilters:                  []*hcmv3.HttpFilter{routerFilter()},
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -14,10 +15,18 @@ import (
 // excepted), named SidecarRouteName(port) and sorted by name. Each has one
 // virtual host per HTTP service on the port, named "<hostname>:<port>",
 // whose domains are those of the proxyless routes (the hostname, the
-// Kubernetes short forms, each bare and with ":<port>") and whose one route
-// sends every path to ClusterName, with Istio's defaults: no timeout (0
-// disables Envoy's 15 s default; grpc-timeout headers are honoured
-// uncapped) and Istio's default retry policy.
+// Kubernetes short forms, each bare and with ":<port>").
+//
+// A virtual host's routes are those of the VirtualService of its service's
+// host in config (config.Host), translated for Envoy (see RouteNotes for
+// what is left out), with the consistent-hash policies of each
+// destination host's DestinationRule. Without one, or when none of its
+// rules applies to the port, one route sends every path to ClusterName,
+// with Istio's defaults: no timeout (0 disables Envoy's 15 s default;
+// grpc-timeout headers are honoured uncapped) and Istio's default retry
+// policy (without the previous-hosts predicate when the service's
+// DestinationRule hashes, which would break the affinity). A nil config
+// has no objects.
 //
 // The routes are the same for every sidecar, so the short forms cannot
 // depend on the client's namespace as Kubernetes DNS does: a domain that
@@ -27,18 +36,18 @@ import (
 // that matches no virtual host gets Envoy's 404 (there is no allow-any
 // passthrough host). opts is accepted for symmetry with the other
 // generators; the routes do not depend on it. It is pure.
-func SidecarRoutes(services []*model.MergedService, _ Options) []*routev3.RouteConfiguration {
+func SidecarRoutes(services []*model.MergedService, config *istioconfig.Snapshot, _ Options) []*routev3.RouteConfiguration {
 	var out []*routev3.RouteConfiguration
 	for _, p := range outboundPorts(services) {
 		if p.isHTTP() {
-			out = append(out, sidecarRoute(p))
+			out = append(out, sidecarRoute(p, config))
 		}
 	}
 	sortByName(out)
 	return out
 }
 
-func sidecarRoute(p outboundPort) *routev3.RouteConfiguration {
+func sidecarRoute(p outboundPort, config *istioconfig.Snapshot) *routev3.RouteConfiguration {
 	claims := map[string]int{}
 	for _, ref := range p.http {
 		for _, d := range domains(ref.svc, p.port) {
@@ -61,10 +70,25 @@ func sidecarRoute(p outboundPort) *routev3.RouteConfiguration {
 		rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
 			Name:    ListenerName(ref.svc.Hostname, p.port),
 			Domains: ds,
-			Routes:  []*routev3.Route{outboundRoute(ClusterName(ref.svc.Hostname, p.port))},
+			Routes:  sidecarServiceRoutes(ref.svc.Hostname, p.port, config),
 		})
 	}
 	return rc
+}
+
+// sidecarServiceRoutes are the routes of the virtual host of port of h.
+func sidecarServiceRoutes(h model.Hostname, port uint32, config *istioconfig.Snapshot) []*routev3.Route {
+	cfg := config.Host(h)
+	drs := func(d model.Hostname) *istioconfig.DestinationRule { return config.Host(d).DestinationRule }
+	if routes, _ := virtualServiceRoutes(ProxyEnvoy, h, port, cfg, config.DomainSuffix(), drs); len(routes) > 0 {
+		return routes
+	}
+	r := outboundRoute(ClusterName(h, port))
+	if hps := HashPolicies(cfg.DestinationRule, port, ""); len(hps) > 0 {
+		r.GetRoute().HashPolicy = hps
+		r.GetRoute().RetryPolicy.RetryHostPredicate = nil
+	}
+	return []*routev3.Route{r}
 }
 
 // outboundRoute is istiod's default outbound route to cluster.

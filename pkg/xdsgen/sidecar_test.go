@@ -52,8 +52,8 @@ func TestGoldenSidecar(t *testing.T) {
 			services := sidecarServices()
 			got := render(t,
 				section{"listeners", asMessages(SidecarListeners(services, tc.sc, tc.opts))},
-				section{"routes", asMessages(SidecarRoutes(services, tc.opts))},
-				section{"clusters", asMessages(SidecarClusters(services, tc.sc, tc.opts))},
+				section{"routes", asMessages(SidecarRoutes(services, nil, tc.opts))},
+				section{"clusters", asMessages(SidecarClusters(services, nil, tc.sc, tc.opts))},
 			)
 			checkGolden(t, tc.name, got)
 		})
@@ -201,7 +201,7 @@ func TestSidecarPortSharing(t *testing.T) {
 	if got := h.GetRds().GetRouteConfigName(); got != "8080" {
 		t.Errorf("port 8080 route %q, want 8080", got)
 	}
-	rs := SidecarRoutes(services, Options{})
+	rs := SidecarRoutes(services, nil, Options{})
 	if got := namesOf(rs); !slices.Equal(got, []string{"8080"}) {
 		t.Fatalf("routes %v, want [8080]", got)
 	}
@@ -209,7 +209,7 @@ func TestSidecarPortSharing(t *testing.T) {
 		t.Errorf("virtual hosts %v, want y-grpc and z-http", got)
 	}
 	// Every service port still has its cluster.
-	cs := namesOf(SidecarClusters(services, Sidecar{}, Options{}))
+	cs := namesOf(SidecarClusters(services, nil, Sidecar{}, Options{}))
 	for _, ms := range services {
 		if name := ClusterName(ms.Service.Hostname, ms.Service.Ports[0].Port); !slices.Contains(cs, name) {
 			t.Errorf("no cluster %s among %v", name, cs)
@@ -222,7 +222,7 @@ func TestSidecarRoutesAmbiguousShortNames(t *testing.T) {
 		svcOn("echo", "a", 8080, model.ProtocolHTTP),
 		svcOn("echo", "b", 8080, model.ProtocolHTTP),
 	}
-	rs := SidecarRoutes(services, Options{})
+	rs := SidecarRoutes(services, nil, Options{})
 	if len(rs) != 1 || len(rs[0].GetVirtualHosts()) != 2 {
 		t.Fatalf("want one route with two virtual hosts, got %v", rs)
 	}
@@ -263,10 +263,10 @@ func TestSidecarNoneSkipsServedAndReservedPorts(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("NONE listeners %v, want %v (8080 is the app's, 15021 and 15090 are reserved)", got, want)
 	}
-	if got := namesOf(SidecarRoutes(services, Options{})); !slices.Equal(got, []string{"8080", "9090"}) {
+	if got := namesOf(SidecarRoutes(services, nil, Options{})); !slices.Equal(got, []string{"8080", "9090"}) {
 		t.Errorf("routes %v, want [8080 9090]", got)
 	}
-	cs := namesOf(SidecarClusters(services, sc, Options{}))
+	cs := namesOf(SidecarClusters(services, nil, sc, Options{}))
 	if slices.Contains(cs, InboundClusterName(15090)) || !slices.Contains(cs, InboundClusterName(8080)) {
 		t.Errorf("clusters %v: want inbound|8080|| and no inbound cluster on reserved 15090", cs)
 	}
@@ -341,7 +341,7 @@ func TestSidecarInboundChains(t *testing.T) {
 }
 
 func TestSidecarClustersSecurity(t *testing.T) {
-	cs := SidecarClusters(sidecarServices(), sidecarOf(InterceptRedirect), Options{Security: true, TrustDomain: "example.org"})
+	cs := SidecarClusters(sidecarServices(), nil, sidecarOf(InterceptRedirect), Options{Security: true, TrustDomain: "example.org"})
 	for _, c := range cs {
 		outbound := strings.HasPrefix(c.GetName(), "outbound|")
 		if (c.GetTransportSocket() != nil) != outbound {
@@ -386,7 +386,7 @@ func TestSidecarClustersSecurity(t *testing.T) {
 			t.Errorf("%s: SDS from %q, want pilot-agent's %q", c.GetName(), cluster, SDSClusterName)
 		}
 	}
-	for _, c := range SidecarClusters(sidecarServices(), sidecarOf(InterceptRedirect), Options{}) {
+	for _, c := range SidecarClusters(sidecarServices(), nil, sidecarOf(InterceptRedirect), Options{}) {
 		if c.GetTransportSocket() != nil {
 			t.Errorf("plaintext: cluster %s has TLS", c.GetName())
 		}
@@ -395,7 +395,7 @@ func TestSidecarClustersSecurity(t *testing.T) {
 
 func TestSidecarClustersShape(t *testing.T) {
 	byName := map[string]*clusterv3.Cluster{}
-	for _, c := range SidecarClusters(sidecarServices(), sidecarOf(InterceptNone), Options{}) {
+	for _, c := range SidecarClusters(sidecarServices(), nil, sidecarOf(InterceptNone), Options{}) {
 		byName[c.GetName()] = c
 	}
 	want := []string{
@@ -404,7 +404,7 @@ func TestSidecarClustersShape(t *testing.T) {
 		"outbound|7070||echo.demo.svc.cluster.local", "outbound|8080||echo.demo.svc.cluster.local",
 		"outbound|9000||tcp-echo.demo.svc.cluster.local",
 	}
-	if got := namesOf(SidecarClusters(sidecarServices(), sidecarOf(InterceptNone), Options{})); !slices.Equal(got, want) {
+	if got := namesOf(SidecarClusters(sidecarServices(), nil, sidecarOf(InterceptNone), Options{})); !slices.Equal(got, want) {
 		t.Fatalf("clusters %v, want %v", got, want)
 	}
 	for name, c := range byName {
@@ -422,7 +422,7 @@ func TestSidecarClustersShape(t *testing.T) {
 	}
 	// The EDS names are those of the proxyless clusters, so one
 	// LoadAssignments serves both kinds.
-	for _, c := range Clusters(sidecarEcho().Service) {
+	for _, c := range Clusters(sidecarEcho().Service, nil) {
 		if byName[c.GetName()] == nil {
 			t.Errorf("proxyless cluster %s has no sidecar twin", c.GetName())
 		}
@@ -442,8 +442,8 @@ func TestSidecarDeterministic(t *testing.T) {
 		for i, services := range orders {
 			var got []proto.Message
 			got = append(got, asMessages(SidecarListeners(services, tc.sc, tc.opts))...)
-			got = append(got, asMessages(SidecarRoutes(services, tc.opts))...)
-			got = append(got, asMessages(SidecarClusters(services, tc.sc, tc.opts))...)
+			got = append(got, asMessages(SidecarRoutes(services, nil, tc.opts))...)
+			got = append(got, asMessages(SidecarClusters(services, nil, tc.sc, tc.opts))...)
 			if i == 0 {
 				first = got
 				continue
@@ -467,8 +467,8 @@ func TestSidecarValidateAll(t *testing.T) {
 		services := append(sidecarServices(), extra...)
 		var msgs []proto.Message
 		msgs = append(msgs, asMessages(SidecarListeners(services, tc.sc, tc.opts))...)
-		msgs = append(msgs, asMessages(SidecarRoutes(services, tc.opts))...)
-		msgs = append(msgs, asMessages(SidecarClusters(services, tc.sc, tc.opts))...)
+		msgs = append(msgs, asMessages(SidecarRoutes(services, nil, tc.opts))...)
+		msgs = append(msgs, asMessages(SidecarClusters(services, nil, tc.sc, tc.opts))...)
 		// A sidecar serving nothing still gets a valid virtualInbound.
 		empty := tc.sc
 		empty.Inbound = nil
@@ -563,8 +563,8 @@ func walkMessages(m proto.Message, f func(x proto.Message, packed bool) error) [
 func TestSidecarReferencesResolve(t *testing.T) {
 	for _, tc := range sidecarCases() {
 		services := append(sidecarServices(), svcOn("db", "demo", 5432, model.ProtocolTCP))
-		routes := namesOf(SidecarRoutes(services, tc.opts))
-		clusters := namesOf(SidecarClusters(services, tc.sc, tc.opts))
+		routes := namesOf(SidecarRoutes(services, nil, tc.opts))
+		clusters := namesOf(SidecarClusters(services, nil, tc.sc, tc.opts))
 		check := func(kind, name string, known []string) {
 			if !slices.Contains(known, name) {
 				t.Errorf("%s: %s %q is not generated", tc.name, kind, name)
@@ -572,7 +572,7 @@ func TestSidecarReferencesResolve(t *testing.T) {
 		}
 		var msgs []proto.Message
 		msgs = append(msgs, asMessages(SidecarListeners(services, tc.sc, tc.opts))...)
-		msgs = append(msgs, asMessages(SidecarRoutes(services, tc.opts))...)
+		msgs = append(msgs, asMessages(SidecarRoutes(services, nil, tc.opts))...)
 		refs := 0
 		for _, m := range msgs {
 			walkMessages(m, func(x proto.Message, _ bool) error {

@@ -3,10 +3,11 @@ package xdsgen
 import (
 	"testing"
 
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 )
 
 // validator is implemented by every envoy proto (protoc-gen-validate).
@@ -39,28 +40,32 @@ func TestValidateAll(t *testing.T) {
 		hcm := unpack(l.GetApiListener().GetApiListener(), &hcmv3.HttpConnectionManager{}).(*hcmv3.HttpConnectionManager)
 		check(hcm)
 		for _, f := range hcm.GetHttpFilters() {
-			check(unpack(f.GetTypedConfig(), &routerv3.Router{}))
+			inner, err := f.GetTypedConfig().UnmarshalNew()
+			if err != nil {
+				t.Fatalf("unpack %s: %v", f.GetTypedConfig().GetTypeUrl(), err)
+			}
+			check(inner.(validator))
 		}
 	}
-	for _, r := range Routes(svc) {
+	for _, r := range Routes(svc, istioconfig.HostConfig{}, "") {
 		check(r)
 	}
-	for _, c := range Clusters(svc) {
+	for _, c := range Clusters(svc, nil) {
 		check(c)
 	}
 	groups := []ProxyGroup{groupEast, groupNoZone, {Cluster: "cluster-3", Region: "eu-west"}, {Cluster: "elsewhere"}}
 	for _, g := range groups {
-		for _, cla := range LoadAssignments(fleet(true), g) {
+		for _, cla := range LoadAssignments(fleet(true), g, nil) {
 			check(cla)
 		}
-		for _, cla := range LoadAssignments(fleet(false), g) {
+		for _, cla := range LoadAssignments(fleet(false), g, nil) {
 			check(cla)
 		}
-		for _, cla := range LoadAssignments(merged(), g) {
+		for _, cla := range LoadAssignments(merged(), g, nil) {
 			check(cla)
 		}
 		for seed := range uint64(20) {
-			for _, cla := range LoadAssignments(randomService(seed, 200), g) {
+			for _, cla := range LoadAssignments(randomService(seed, 200), g, nil) {
 				check(cla)
 			}
 		}
