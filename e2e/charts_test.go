@@ -479,14 +479,28 @@ func TestHubChart(t *testing.T) {
 	const ns = "meshfed"
 	r := mustRender(t, hubChartDir, ns, nil)
 	noWildcards(t, r)
-	// The hub's only cluster-wide right in the config cluster: reviewing
-	// the tokens of xDS callers that name no cluster (istioctl).
+	// The hub's only cluster-wide rights in the config cluster: reviewing
+	// the tokens of xDS callers that name no cluster (istioctl), and
+	// reading the mesh's Istio config (and writing its status).
 	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
 		for _, u := range r.objects {
-			if u.GetKind() == kind && u.GetName() != "meshfed-hub-tokenreview-"+ns {
+			if n := u.GetName(); u.GetKind() == kind && n != "meshfed-hub-tokenreview-"+ns && n != "meshfed-hub-istioconfig-"+ns {
 				t.Errorf("unexpected cluster-wide %s %s", kind, u.GetName())
 			}
 		}
+	}
+	var config rbacv1.ClusterRole
+	r.get(t, "ClusterRole", "", "meshfed-hub-istioconfig-"+ns, &config)
+	requireRules(t, "hub Istio config role", config.Rules,
+		`"networking.istio.io" virtualservices get`, `"networking.istio.io" virtualservices list`, `"networking.istio.io" virtualservices watch`,
+		`"networking.istio.io" destinationrules get`, `"networking.istio.io" destinationrules list`, `"networking.istio.io" destinationrules watch`,
+		`"networking.istio.io" virtualservices/status get`, `"networking.istio.io" virtualservices/status update`, `"networking.istio.io" virtualservices/status patch`,
+		`"networking.istio.io" destinationrules/status get`, `"networking.istio.io" destinationrules/status update`, `"networking.istio.io" destinationrules/status patch`,
+	)
+	var configBinding rbacv1.ClusterRoleBinding
+	r.get(t, "ClusterRoleBinding", "", "meshfed-hub-istioconfig-"+ns, &configBinding)
+	if configBinding.RoleRef.Name != config.Name || len(configBinding.Subjects) != 1 || configBinding.Subjects[0].Name != "meshfed-hub" {
+		t.Errorf("Istio config binding %+v", configBinding)
 	}
 	var review rbacv1.ClusterRole
 	r.get(t, "ClusterRole", "", "meshfed-hub-tokenreview-"+ns, &review)

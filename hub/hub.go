@@ -28,6 +28,7 @@ import (
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/hub/fleetstatus"
+	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
 	"github.com/meshfed/meshfed/hub/monitoring"
 	"github.com/meshfed/meshfed/hub/remotes"
 	"github.com/meshfed/meshfed/hub/replication"
@@ -36,6 +37,7 @@ import (
 	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
@@ -261,6 +263,17 @@ func Run(ctx context.Context, opts Options) error {
 		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
 		Tracker: tracker, StatusSource: fleet, Authn: authn,
 	})
+	// Every replica reads the mesh's Istio config; one per object writes
+	// its status.
+	config, err := hubconfig.New(hubconfig.Options{
+		Config: cfg, DomainSuffix: opts.DomainSuffix, Log: log.WithName("istioconfig"),
+		Registerer: reg, Clock: opts.Clock,
+		OnChange:    xdsServer.SetConfig,
+		WriteStatus: func(k istioconfig.Key) bool { return own.Writes(k.String()) },
+	})
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
 	repl, err := newReplicator(ctx, opts, configClient,
 		replication.Deps{Store: st, Trust: bundle, Proxies: fleet, Ownership: own}, log, reg)
 	if err != nil {
@@ -272,7 +285,14 @@ func Run(ctx context.Context, opts Options) error {
 	mon := monitoring.New(monitoring.Options{
 		Addr:     opts.MonitoringAddr,
 		Gatherer: reg,
-		Ready:    ready.Check,
+		Ready: func() (bool, string) {
+			// As istiod, serve only once the config is read: a proxy
+			// must not get routes that ignore the mesh's VirtualServices.
+			if !config.Synced() {
+				return false, "Istio config not read yet"
+			}
+			return ready.Check()
+		},
 		Debug: map[string]func(*http.Request) any{
 			debugdoc.RegistryzName:   func(*http.Request) any { return remotes.Registryz(opts.ReplicaID, st, status) },
 			debugdoc.FederationzName: func(*http.Request) any { return repl.Federationz() },
@@ -280,6 +300,7 @@ func Run(ctx context.Context, opts Options) error {
 			debugdoc.TrustzName:      func(*http.Request) any { return trust.Trustz(bundle.TrustRoots()) },
 			debugdoc.SpokezName:      func(*http.Request) any { return fleet.Spokes(opts.Clock.Now()) },
 			debugdoc.ClusterzName:    func(*http.Request) any { return remotes.Clusterz(status) },
+			hubconfig.ConfigzName:    func(*http.Request) any { return config.Configz() },
 		},
 		Log: log.WithName("monitoring"),
 	})
@@ -290,6 +311,17 @@ func Run(ctx context.Context, opts Options) error {
 	g.Go(func() error { return mon.Run(ctx) })
 	g.Go(func() error { return repl.Run(ctx) })
 	g.Go(func() error { fleet.Run(ctx); return nil })
+	g.Go(func() error { return config.Run(ctx) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-own.WritersChanged():
+				config.RecheckStatus()
+			}
+		}
+	})
 	if caServer != nil {
 		g.Go(func() error { return caServer.Run(ctx, opts.CAAddr) })
 	}

@@ -192,6 +192,10 @@ func NewFleet(ctx context.Context, opts FleetOptions) (_ *Fleet, retErr error) {
 		if err != nil {
 			return fmt.Errorf("framework: config cluster: %w", err)
 		}
+		if err := installIstioCRDs(gctx, c); err != nil {
+			_ = c.Stop() // not yet f.config, which Stop stops
+			return err
+		}
 		f.mu.Lock()
 		f.config = &ConfigCluster{Cluster: c}
 		f.mu.Unlock()

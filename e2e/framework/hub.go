@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 )
 
@@ -318,6 +319,16 @@ func (h *Hub) Registryz(ctx context.Context) (*debugdoc.Registryz, error) {
 		return nil, err
 	}
 	return rz, nil
+}
+
+// Configz fetches and decodes /debug/configz: every Istio config object
+// the hub has read, with its state.
+func (h *Hub) Configz(ctx context.Context) (*hubconfig.Configz, error) {
+	cz := &hubconfig.Configz{}
+	if err := h.getDoc(ctx, "/debug/"+hubconfig.ConfigzName, cz); err != nil {
+		return nil, err
+	}
+	return cz, nil
 }
 
 // Spokez fetches and decodes /debug/spokez: every spoke of the fleet.

@@ -22,6 +22,9 @@ type Ownership struct {
 	suspected map[federation.ReplicaID]bool
 
 	changed chan struct{}
+	// writers signals a membership change to the writers of Writes; a
+	// channel of its own, since changed has one reader (the provider).
+	writers chan struct{}
 }
 
 // NewOwnership returns the ownership of replica self, alone until New's
@@ -33,6 +36,7 @@ func NewOwnership(self federation.ReplicaID, n int) *Ownership {
 		members:   []federation.ReplicaID{self},
 		suspected: map[federation.ReplicaID]bool{},
 		changed:   make(chan struct{}, 1),
+		writers:   make(chan struct{}, 1),
 	}
 }
 
@@ -64,6 +68,9 @@ func (o *Ownership) owners(c model.ClusterID) []federation.ReplicaID {
 // Changed signals that ownership may have changed.
 func (o *Ownership) Changed() <-chan struct{} { return o.changed }
 
+// WritersChanged signals that Writes may answer otherwise now.
+func (o *Ownership) WritersChanged() <-chan struct{} { return o.writers }
+
 // setMembers sets the live members (suspects are left out) and returns how
 // many of clusters changed owners.
 func (o *Ownership) setMembers(all []federation.ReplicaID, clusters []model.ClusterID) int {
@@ -91,9 +98,11 @@ func (o *Ownership) setMembers(all []federation.ReplicaID, clusters []model.Clus
 	o.members = live
 	o.mu.Unlock()
 	if !same {
-		select {
-		case o.changed <- struct{}{}:
-		default:
+		for _, ch := range []chan struct{}{o.changed, o.writers} {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
 		}
 	}
 	return moved

@@ -1,0 +1,111 @@
+package istioconfig
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/meshfed/meshfed/pkg/istioconfig"
+)
+
+// maxConflicts bounds the immediate retries of a status patch that
+// conflicts; past them the key is retried later with backoff.
+const maxConflicts = 3
+
+// writeNext writes the status of one queued key. It returns false once the
+// queue has shut down. Only the writer goroutine calls it.
+func (w *Watcher) writeNext(ctx context.Context) bool {
+	k, quit := w.statusQ.Get()
+	if quit {
+		return false
+	}
+	defer w.statusQ.Done(k)
+	if err := w.writeStatus(ctx, k); err != nil {
+		if ctx.Err() == nil {
+			w.log.Error(err, "writing the status of Istio config", "object", k)
+			w.statusQ.AddRateLimited(k)
+		}
+		return true
+	}
+	w.statusQ.Forget(k)
+	return true
+}
+
+// writeStatus patches k's status to the condition its entry should carry,
+// unless it carries it already.
+func (w *Watcher) writeStatus(ctx context.Context, k istioconfig.Key) error {
+	w.mu.Lock()
+	e, lost := w.entries[k], w.lost[k]
+	w.mu.Unlock()
+	if e == nil {
+		delete(w.patchedFrom, k) // gone
+		return nil
+	}
+	want := e.desired(lost)
+	u, err := w.get(ctx, w.cache, k)
+	if err == nil && w.patchedFrom[k] != "" {
+		if u.GetResourceVersion() == w.patchedFrom[k] {
+			// The cache has not seen this writer's last patch yet; its
+			// event will bring another round, which checks again.
+			return nil
+		}
+		delete(w.patchedFrom, k)
+	}
+	for attempt := 0; ; attempt++ {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !e.sameVersion(u) || !carriedOf(u).needsWrite(want) {
+			// A newer generation is its own round's business; a status
+			// that is right already needs nothing.
+			return nil
+		}
+		err = w.patch(ctx, k, u, want)
+		switch {
+		case err == nil:
+			w.metrics.writes.WithLabelValues(WriteOK).Inc()
+			w.patchedFrom[k] = u.GetResourceVersion()
+			return nil
+		case !apierrors.IsConflict(err) || attempt == maxConflicts:
+			w.metrics.writes.WithLabelValues(WriteError).Inc()
+			return err
+		}
+		w.metrics.writes.WithLabelValues(WriteConflict).Inc()
+		u, err = w.get(ctx, w.client, k) // the apiserver's current version
+	}
+}
+
+// get reads k through r (the cache, or the apiserver).
+func (w *Watcher) get(ctx context.Context, r client.Reader, k istioconfig.Key) (*unstructured.Unstructured, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk(k.Kind))
+	if err := r.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, u); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// patch sends the status patch of u. The result goes to a fresh object:
+// u may be the cache's own.
+func (w *Watcher) patch(ctx context.Context, k istioconfig.Key, u *unstructured.Unstructured, want condition) error {
+	body, err := statusPatch(u, want, w.opts.Clock.Now().UTC().Format(time.RFC3339))
+	if err != nil {
+		return fmt.Errorf("istioconfig: status patch of %s: %w", k, err)
+	}
+	out := &unstructured.Unstructured{}
+	out.SetGroupVersionKind(gvk(k.Kind))
+	out.SetNamespace(k.Namespace)
+	out.SetName(k.Name)
+	if err := w.client.Status().Patch(ctx, out, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return fmt.Errorf("istioconfig: writing the status of %s: %w", k, err)
+	}
+	return nil
+}
