@@ -1,0 +1,241 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshfed/meshfed/e2e/framework"
+	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
+	"github.com/meshfed/meshfed/pkg/testutil"
+)
+
+// applyIstio creates or replaces, in the config cluster, the Istio object
+// written as YAML, straight into the apiserver: no webhook runs there, as
+// when the spoke's validation is bypassed.
+func applyIstio(t *testing.T, f *framework.Fleet, doc string) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		t.Fatalf("test object: %v", err)
+	}
+	ctx := t.Context()
+	c := f.Config().Client()
+	if err := f.Config().EnsureNamespace(ctx, u.GetNamespace()); err != nil {
+		t.Fatal(err)
+	}
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(u.GroupVersionKind())
+	err := c.Get(ctx, client.ObjectKeyFromObject(u), cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		err = c.Create(ctx, u)
+	case err == nil:
+		u.SetResourceVersion(cur.GetResourceVersion())
+		err = c.Update(ctx, u)
+	}
+	if err != nil {
+		t.Fatalf("applying %s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+}
+
+func deleteIstio(t *testing.T, f *framework.Fleet, kind, ns, name string) {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("networking.istio.io/v1")
+	u.SetKind(kind)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	if err := f.Config().Client().Delete(t.Context(), u); err != nil {
+		t.Fatalf("deleting %s %s/%s: %v", kind, ns, name, err)
+	}
+}
+
+const echoSubsets = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: demo}
+spec:
+  host: echo
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+`
+
+const echoCanary = `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [echo]
+  http:
+  - match: [{headers: {x-canary: {exact: "1"}}}]
+    route: [{destination: {host: echo, subset: v2}}]
+  - route:
+    - {destination: {host: echo, subset: v1}, weight: 90}
+    - {destination: {host: echo, subset: v2}, weight: 10}
+`
+
+// versionedFleet is echoFleet with the Pods of cluster-1 labelled version
+// v1, those of cluster-2 v2 and those of cluster-3 v3.
+func versionedFleet(t *testing.T, hubs int) (*framework.Fleet, []*framework.Hub) {
+	t.Helper()
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegions()})
+	ctx := t.Context()
+	for i, r := range f.Remotes() {
+		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{
+			Namespace: "demo", Service: "echo", Replicas: 2,
+			PodLabels: map[string]string{"version": fmt.Sprintf("v%d", i+1)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+	}
+	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
+		t.Fatal(err)
+	}
+	var out []*framework.Hub
+	for range hubs {
+		out = append(out, framework.StartTestHub(t, f, framework.HubOptions{}))
+	}
+	return f, out
+}
+
+// binomialBound is the half-width of the two-sided 99.9 % normal bound of
+// the count of successes in n trials of probability p.
+func binomialBound(n int, p float64) float64 {
+	const z = 3.29 // 99.9 % two-sided
+	return z * math.Sqrt(float64(n)*p*(1-p))
+}
+
+// TestVirtualServiceTraffic: a 90/10 split between subsets lands within its
+// binomial bound, a header match sends every such call to its subset, a
+// fault abort answers every call with its status, and removing the
+// VirtualService brings back the default spread. An invalid VirtualService
+// applied past the webhook is reported and leaves the others working.
+func TestVirtualServiceTraffic(t *testing.T) {
+	f, hubs := versionedFleet(t, 1)
+	hub := hubs[0]
+	conn := clientIn(t, f, hub, "cluster-9")
+	expectClusters(t, conn, 60, "cluster-1", "cluster-2", "cluster-3")
+
+	applyIstio(t, f, echoSubsets)
+	applyIstio(t, f, echoCanary)
+	// Canary calls all reach v2 once the config has arrived.
+	testutil.Eventually(t, converge, poll, func() error {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "x-canary", "1")
+		counts, err := conn.Spread(ctx, 20)
+		if err != nil {
+			return err
+		}
+		if by := framework.ByCluster(counts); by["cluster-2"] != 20 {
+			return fmt.Errorf("canary calls answered by %v, want cluster-2 only", by)
+		}
+		return nil
+	})
+	const n = 1000
+	counts, err := conn.Spread(t.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := framework.ByCluster(counts)
+	bound := binomialBound(n, 0.1)
+	t.Logf("90/10 split over %d calls: %v (v2 expected %d ± %.0f)", n, by, n/10, bound)
+	if by["cluster-3"] != 0 || by["cluster-1"]+by["cluster-2"] != n {
+		t.Errorf("calls outside subsets v1 and v2: %v", by)
+	}
+	if d := math.Abs(float64(by["cluster-2"]) - n*0.1); d > bound {
+		t.Errorf("v2 got %d of %d calls, outside 10 %% ± %.0f", by["cluster-2"], n, bound)
+	}
+
+	// An invalid VirtualService for another host, past the webhook.
+	applyIstio(t, f, `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: broken, namespace: demo}
+spec:
+  hosts: [other]
+  http: [{route: [{destination: {host: other}, weight: "ninety"}]}]
+`)
+	testutil.Eventually(t, converge, poll, func() error {
+		return configRejected(t.Context(), f, hub, "demo", "broken")
+	})
+	if counts, err := conn.Spread(t.Context(), 50); err != nil || framework.ByCluster(counts)["cluster-3"] != 0 {
+		t.Errorf("after an invalid object: %v %v, want the split still applied", counts, err)
+	}
+
+	// Fault abort: every call fails with the configured status.
+	applyIstio(t, f, `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [echo]
+  http:
+  - fault: {abort: {grpcStatus: RESOURCE_EXHAUSTED, percentage: {value: 100}}}
+    route: [{destination: {host: echo, subset: v1}}]
+`)
+	testutil.Eventually(t, converge, poll, func() error {
+		for i := range 20 {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			_, err := conn.Call(ctx)
+			cancel()
+			if status.Code(err) != codes.ResourceExhausted {
+				return fmt.Errorf("call %d: %v, want RESOURCE_EXHAUSTED", i, err)
+			}
+		}
+		return nil
+	})
+
+	deleteIstio(t, f, "VirtualService", "demo", "echo")
+	deleteIstio(t, f, "DestinationRule", "demo", "echo")
+	expectClusters(t, conn, 60, "cluster-1", "cluster-2", "cluster-3")
+}
+
+// configRejected checks that the hub reports ns/name as a rejected
+// VirtualService, in /debug/configz, in meshfed_config_rejected_total and
+// in the object's Reconciled condition.
+func configRejected(ctx context.Context, f *framework.Fleet, hub *framework.Hub, ns, name string) error {
+	cz, err := hub.Configz(ctx)
+	if err != nil {
+		return err
+	}
+	obj, ok := cz.Object("VirtualService", ns, name)
+	if !ok || obj.State != hubconfig.StateRejected || len(obj.Errors) == 0 {
+		return fmt.Errorf("/debug/configz: %s/%s is %+v, want rejected with errors", ns, name, obj)
+	}
+	m, err := hub.Metrics(ctx)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(m, `meshfed_config_rejected_total{kind="VirtualService",reason="undecodable"} 1`) {
+		return fmt.Errorf("meshfed_config_rejected_total does not count the VirtualService")
+	}
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("networking.istio.io/v1")
+	u.SetKind("VirtualService")
+	if err := f.Config().Client().Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		return err
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		c, _ := c.(map[string]any)
+		if c["type"] == "Reconciled" && c["status"] == "False" &&
+			strings.Contains(fmt.Sprint(c["message"]), "weight") && fmt.Sprint(c["observedGeneration"]) == fmt.Sprint(u.GetGeneration()) {
+			return nil
+		}
+	}
+	return fmt.Errorf("status of %s/%s has no Reconciled=False condition naming the weight at generation %d: %v", ns, name, u.GetGeneration(), conds)
+}
