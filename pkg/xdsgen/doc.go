@@ -64,6 +64,34 @@
 // (ParseClusterName, ParseListenerName) let the hub map a resource name that a
 // client subscribes to back to a hostname and port.
 //
+// # Istio configuration
+//
+// The generators take the Istio objects of a host (istioconfig.HostConfig)
+// and say per proxy kind (ProxyKind: ProxyGRPC, ProxyEnvoy) what they make
+// of them, generating only what that proxy accepts; RouteNotes and
+// ClusterNotes list what a kind leaves out, with the field path and why.
+//
+// A VirtualService's HTTP rules become the routes of its hosts' route
+// configurations (vsroute.go), in order, first match first: matches on
+// path, headers, method and port; weighted destinations, to subsets by
+// SubsetClusterName; timeout (grpc-go reads only max_stream_duration);
+// retries (grpc-go only on gRPC codes); fault delay and abort as a
+// per-route override of the fault filter, which every HTTP connection
+// manager carries with an empty configuration so that a VirtualService
+// never changes a listener; and, for Envoy only, header changes,
+// rewrites, redirects, mirrors and CORS. A port no rule applies to keeps
+// its default route.
+//
+// A DestinationRule adds, per port, one cluster per subset,
+// outbound|<port>|<subset>|<fqdn>, next to the default one, each under
+// the effective traffic policy of its port and subset, merged as istiod
+// merges it (destinationrule.go): load balancer (consistentHash as a ring
+// with the route's HashPolicies), connection pool as circuit breakers,
+// outlier detection (for grpc-go translated into failure-percentage
+// ejection, the only kind it has besides success rate). LoadAssignments
+// adds per subset the assignment of the endpoints whose Pod labels hold
+// the subset's labels (subset.go), with the default's priorities.
+//
 // # Security (mTLS)
 //
 // Security is optional per generation (Options.Security, off by default,
