@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -43,21 +42,7 @@ const (
 
 func startAPIServer(t *testing.T) *rest.Config {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test-unit` (it builds the kube-apiserver and etcd first)")
-	}
-	e := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{crdDir},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := e.Start()
-	if err != nil {
-		t.Fatalf("starting apiserver: %v", err)
-	}
-	t.Cleanup(func() { _ = e.Stop() })
-	return cfg
+	return testutil.StartAPIServer(t, &envtest.Environment{CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true})
 }
 
 // fixture is an apiserver with the CRDs, an admin client, and a running
@@ -404,16 +389,7 @@ func (f *fixture) configz() hubconfig.Configz {
 // static mapper asks no discovery) lists once they are installed, and only
 // then publishes its first snapshot.
 func TestWatcherBeforeCRDs(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test-unit` (it builds the kube-apiserver and etcd first)")
-	}
-	e := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := e.Start()
-	if err != nil {
-		t.Fatalf("starting apiserver: %v", err)
-	}
-	t.Cleanup(func() { _ = e.Stop() })
+	cfg := testutil.StartAPIServer(t, &envtest.Environment{})
 	f := &fixture{t: t, c: newClient(t, cfg)}
 	f.start(cfg, nil)
 	testutil.Consistently(t, 300*time.Millisecond, 50*time.Millisecond, func() error {

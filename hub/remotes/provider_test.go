@@ -3,7 +3,6 @@ package remotes_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -39,16 +38,8 @@ type env struct {
 
 func startEnv(t *testing.T) *env {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test-unit` (it builds the kube-apiserver and etcd first)")
-	}
-	e := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := e.Start()
-	if err != nil {
-		t.Fatalf("starting apiserver: %v", err)
-	}
-	t.Cleanup(func() { _ = e.Stop() })
+	e := &envtest.Environment{}
+	cfg := testutil.StartAPIServer(t, e)
 	user, err := e.AddUser(envtest.User{Name: "meshfed-hub", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		t.Fatal(err)

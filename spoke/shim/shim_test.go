@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -165,17 +164,7 @@ func servingCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
 
 func startAPIServer(t *testing.T) kubernetes.Interface {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		t.Skip("KUBEBUILDER_ASSETS is not set: run `make test-unit` (it builds the kube-apiserver and etcd first)")
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	return kubernetes.NewForConfigOrDie(cfg)
+	return kubernetes.NewForConfigOrDie(meshtest.StartAPIServer(t, &envtest.Environment{}))
 }
 
 func createNS(t *testing.T, kc kubernetes.Interface, name string, lbl map[string]string) {
