@@ -18,6 +18,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
+	"github.com/meshfed/meshfed/pkg/model"
 )
 
 // effectivePolicy is the traffic policy of DestinationRule dr that applies to
@@ -317,8 +318,8 @@ func applyLoadBalancer(c *clusterv3.Cluster, lb *networking.LoadBalancerSettings
 	case *networking.LoadBalancerSettings_BackendUtilization:
 		n.at("backendUtilization").addf("not supported yet; %s used", c.GetLbPolicy())
 	}
-	if lb.GetLocalityLbSetting() != nil {
-		n.at("localityLbSetting").addf("not supported yet; the hub's priorities apply (the proxy's cluster, then its region, then the rest)")
+	if ls := lb.GetLocalityLbSetting(); ls != nil {
+		localityNotes(ls, n.at("localityLbSetting"))
 	}
 	if lb.GetZoneAwareLbSetting() != nil {
 		n.at("zoneAwareLbSetting").addf("not supported yet; dropped")
@@ -328,6 +329,21 @@ func applyLoadBalancer(c *clusterv3.Cluster, lb *networking.LoadBalancerSettings
 	}
 	if lb.GetWarmupDurationSecs() != nil {
 		n.at("warmupDurationSecs").addf("not supported yet; dropped")
+	}
+}
+
+// localityNotes says what of a localityLbSetting the load assignments do
+// not apply (see proximity); the rest holds for both proxy kinds alike.
+func localityNotes(ls *networking.LocalityLoadBalancerSetting, n notes) {
+	if len(ls.GetDistribute()) > 0 {
+		n.at("distribute").addf("not supported yet; localities are weighted by their endpoints")
+	}
+	if len(ls.GetFailoverPriority()) > 0 && len(ls.GetFailover()) > 0 {
+		n.at("failover").addf("ignored: failoverPriority decides the priorities")
+	}
+	if rest := unknownPriorityKeys(ls.GetFailoverPriority()); len(rest) > 0 {
+		n.at("failoverPriority").addf("the proxies' values of %v are not known to the hub (only %s and %s are); the list is cut before them",
+			rest, model.LabelTopologyCluster, model.LabelTopologyRegion)
 	}
 }
 

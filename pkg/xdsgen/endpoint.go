@@ -51,8 +51,10 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 //     cluster and locality as Istio derives it; a subset without labels
 //     selects every endpoint;
 //   - priority by proximity to g: the proxies' own cluster, then other
-//     clusters of their region, then the rest; empty classes are skipped and
-//     priorities numbered contiguously from 0, as grpc-go requires;
+//     clusters of their region, then the rest, unless the effective
+//     localityLbSetting of the port and subset says otherwise (see
+//     proximity); empty classes are skipped and priorities numbered
+//     contiguously from 0, as grpc-go requires;
 //   - in each priority, one LocalityLbEndpoints per (region, zone, subzone),
 //     with a non-nil Locality and a weight equal to its number of endpoints
 //     (grpc-go drops localities of weight 0);
@@ -87,9 +89,11 @@ func LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Dest
 	out := make([]*endpointv3.ClusterLoadAssignment, 0, len(ports)*(1+len(subsets)))
 	var b assignmentBuilder
 	for _, sp := range ports {
-		out = append(out, b.build(ms, sp, g, ClusterName(h, sp.Port), nil))
+		prox := newProximity(g, effectivePolicy(dr, sp.Port, "").GetLoadBalancer().GetLocalityLbSetting())
+		out = append(out, b.build(ms, sp, &prox, ClusterName(h, sp.Port), nil))
 		for i, s := range subsets {
-			out = append(out, b.build(ms, sp, g, SubsetClusterName(h, sp.Port, s), members[i]))
+			prox := newProximity(g, effectivePolicy(dr, sp.Port, s).GetLoadBalancer().GetLocalityLbSetting())
+			out = append(out, b.build(ms, sp, &prox, SubsetClusterName(h, sp.Port, s), members[i]))
 		}
 	}
 	return out
@@ -153,9 +157,10 @@ type assignmentBuilder struct {
 	byRank     []model.Locality
 }
 
-// build computes the assignment named name of port sp of ms for group g,
-// over the endpoints member says (member[i] for ms.Endpoints[i]; nil: all).
-func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort, g ProxyGroup, name string, member []bool) *endpointv3.ClusterLoadAssignment {
+// build computes the assignment named name of port sp of ms for the group
+// whose proximity is prox, over the endpoints member says (member[i] for
+// ms.Endpoints[i]; nil: all).
+func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort, prox *proximity, name string, member []bool) *endpointv3.ClusterLoadAssignment {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 
 	// Collect the eligible endpoints, numbering their localities as they
@@ -191,7 +196,7 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 			lastLocality, lastID = ep.Locality, id
 		}
 		cands = append(cands, candidate{
-			key:      uint64(classify(ep, g))<<32 | uint64(lastID),
+			key:      uint64(prox.class(ep))<<32 | uint64(lastID),
 			hostPort: newHostPort(ep.Address, uint16(tp)),
 		})
 	}
