@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
@@ -91,8 +92,16 @@ spec:
 // v1, those of cluster-2 v2 and those of cluster-3 v3.
 func versionedFleet(t *testing.T, hubs int) (*framework.Fleet, []*framework.Hub) {
 	t.Helper()
+	f, out, _ := versionedWorkloads(t, hubs)
+	return f, out
+}
+
+// versionedWorkloads is versionedFleet, with its workloads by cluster.
+func versionedWorkloads(t *testing.T, hubs int) (*framework.Fleet, []*framework.Hub, map[model.ClusterID]*framework.Workload) {
+	t.Helper()
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegions()})
 	ctx := t.Context()
+	workloads := map[model.ClusterID]*framework.Workload{}
 	for i, r := range f.Remotes() {
 		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{
 			Namespace: "demo", Service: "echo", Replicas: 2,
@@ -102,6 +111,7 @@ func versionedFleet(t *testing.T, hubs int) (*framework.Fleet, []*framework.Hub)
 			t.Fatal(err)
 		}
 		t.Cleanup(w.Stop)
+		workloads[r.ID] = w
 	}
 	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
 		t.Fatal(err)
@@ -110,7 +120,7 @@ func versionedFleet(t *testing.T, hubs int) (*framework.Fleet, []*framework.Hub)
 	for range hubs {
 		out = append(out, framework.StartTestHub(t, f, framework.HubOptions{}))
 	}
-	return f, out
+	return f, out, workloads
 }
 
 // binomialBound is the half-width of the two-sided 99.9 % normal bound of
@@ -238,4 +248,31 @@ func configRejected(ctx context.Context, f *framework.Fleet, hub *framework.Hub,
 		}
 	}
 	return fmt.Errorf("status of %s/%s has no Reconciled=False condition naming the weight at generation %d: %v", ns, name, u.GetGeneration(), conds)
+}
+
+// TestFailoverPriority: a DestinationRule's failoverPriority overrides the
+// hub's own-cluster-first priorities: a client in cluster-1 is served by
+// the v3 endpoints (cluster-3) first, and when they are not ready, by the
+// rest alike (its own cluster has no precedence left).
+func TestFailoverPriority(t *testing.T) {
+	f, hubs, workloads := versionedWorkloads(t, 1)
+	conn := clientIn(t, f, hubs[0], "cluster-1")
+	expectClusters(t, conn, 40, "cluster-1")
+
+	applyIstio(t, f, `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: demo}
+spec:
+  host: echo
+  trafficPolicy:
+    loadBalancer:
+      localityLbSetting: {failoverPriority: ["version=v3"]}
+`)
+	expectClusters(t, conn, 40, "cluster-3")
+	if err := workloads["cluster-3"].SetReady(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	counts := expectClusters(t, conn, 60, "cluster-1", "cluster-2")
+	t.Logf("v3 not ready: %v", counts)
 }
