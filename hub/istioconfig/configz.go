@@ -42,6 +42,9 @@ type ConfigzObject struct {
 	// ShadowedBy lists the hosts a shadowed object lost, each with the
 	// older object that holds it.
 	ShadowedBy []ConfigzShadow `json:"shadowedBy,omitempty"`
+	// Notes say what of an applied object a proxy kind does not get, and
+	// why: "<field>: <reason> (<proxy kind>)".
+	Notes []string `json:"notes,omitempty"`
 }
 
 // ConfigzError is one field's problem.
@@ -92,7 +95,7 @@ func configzObject(k istioconfig.Key, e *entry, lost []istioconfig.Shadowed) Con
 	o := ConfigzObject{
 		Kind: k.Kind, Namespace: k.Namespace, Name: k.Name,
 		Generation: e.meta.Generation, State: e.state(lost), Reason: e.reason,
-		Errors: configzErrors(e.errs),
+		Errors: configzErrors(e.errs), Notes: e.notes,
 	}
 	for _, s := range lost {
 		o.ShadowedBy = append(o.ShadowedBy, ConfigzShadow{Host: s.Host, By: ConfigzKey(s.By)})

@@ -67,6 +67,9 @@ type entry struct {
 	obj    istioconfig.Object
 	reason string // ReasonUndecodable or ReasonInvalid when rejected
 	errs   validate.ErrorList
+	// notes say what of a valid object a proxy kind does not get
+	// (xdsgen.ConfigNotes), once per generation.
+	notes []string
 	// seen is the status the object carried when last read.
 	seen carried
 }

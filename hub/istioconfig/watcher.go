@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
+	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/istioconfig/validate"
 )
 
@@ -369,6 +370,11 @@ func (w *Watcher) read(ctx context.Context, k istioconfig.Key) (*entry, error) {
 		return &e, nil
 	}
 	e := evaluate(k.Kind, u)
+	if e.obj != nil {
+		for _, n := range xdsgen.ConfigNotes(e.obj, w.opts.DomainSuffix) {
+			e.notes = append(e.notes, n.Field+": "+n.Reason+" ("+n.Kind.String()+")")
+		}
+	}
 	if e.obj == nil {
 		w.metrics.rejected.WithLabelValues(k.Kind, e.reason).Inc()
 		w.log.Info("Istio config rejected: skipped", "object", k, "generation", e.meta.Generation,

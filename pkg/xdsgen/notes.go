@@ -1,0 +1,58 @@
+package xdsgen
+
+import (
+	"slices"
+
+	"github.com/meshfed/meshfed/pkg/istioconfig"
+)
+
+// ConfigNotes returns what the generators leave out of o for each proxy
+// kind, whatever service it applies to: for a VirtualService the notes of
+// its rules on every port its matches name and on one port they do not,
+// for a DestinationRule ClusterNotes. It lets the hub say, once per
+// object, what it does not apply. It is pure.
+func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
+	var out []RouteNote
+	add := func(ns []RouteNote) {
+		for _, n := range ns {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	for _, kind := range []ProxyKind{ProxyGRPC, ProxyEnvoy} {
+		switch o := o.(type) {
+		case *istioconfig.VirtualService:
+			cfg := istioconfig.HostConfig{VirtualService: o}
+			for _, h := range o.Spec.GetHosts() {
+				host := istioconfig.ResolveHost(h, o.Namespace, domainSuffix)
+				for _, port := range notePorts(o) {
+					_, ns := virtualServiceRoutes(kind, host, port, cfg, domainSuffix, nil)
+					add(ns)
+				}
+			}
+		case *istioconfig.DestinationRule:
+			add(ClusterNotes(kind, o))
+		}
+	}
+	return out
+}
+
+// notePorts are the ports whose routes show every note of vs: those its
+// matches name, and the lowest one they do not (where port-less rules
+// apply alone).
+func notePorts(vs *istioconfig.VirtualService) []uint32 {
+	var ports []uint32
+	for _, r := range vs.Spec.GetHttp() {
+		for _, m := range r.GetMatch() {
+			if p := m.GetPort(); p != 0 && !slices.Contains(ports, p) {
+				ports = append(ports, p)
+			}
+		}
+	}
+	other := uint32(1)
+	for slices.Contains(ports, other) {
+		other++
+	}
+	return append(ports, other)
+}

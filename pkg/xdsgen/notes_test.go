@@ -1,0 +1,48 @@
+package xdsgen
+
+import (
+	"slices"
+	"testing"
+
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/pkg/istioconfig"
+)
+
+// TestConfigNotes: an object's notes cover both proxy kinds and the rules
+// of every port, without duplicates.
+func TestConfigNotes(t *testing.T) {
+	vs := &istioconfig.VirtualService{
+		Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: "VirtualService", Namespace: "demo", Name: "echo"}},
+		Spec: &networking.VirtualService{Hosts: []string{"echo"}, Http: []*networking.HTTPRoute{
+			{ // port-bound: only its port's routes show it
+				Match: []*networking.HTTPMatchRequest{{Port: 9090, QueryParams: map[string]*networking.StringMatch{
+					"q": {MatchType: &networking.StringMatch_Exact{Exact: "1"}}}}},
+				Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "echo"}}},
+			},
+			{
+				Mirror: &networking.Destination{Host: "shadow"},
+				Route:  []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "echo"}}},
+			},
+		}},
+	}
+	var got []string
+	for _, n := range ConfigNotes(vs, "") {
+		got = append(got, n.Kind.String()+" "+n.Field)
+	}
+	want := []string{
+		ProxyGRPC.String() + " spec.http[0].match[0].queryParams",
+		ProxyGRPC.String() + " spec.http[1].mirror",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("VirtualService notes\n  got  %q\n  want %q", got, want)
+	}
+
+	dr := &istioconfig.DestinationRule{Spec: &networking.DestinationRule{Host: "echo", TrafficPolicy: &networking.TrafficPolicy{
+		LoadBalancer: &networking.LoadBalancerSettings{LbPolicy: &networking.LoadBalancerSettings_Simple{Simple: networking.LoadBalancerSettings_RANDOM}},
+	}}}
+	notes := ConfigNotes(dr, "")
+	if len(notes) != 1 || notes[0].Kind != ProxyGRPC || notes[0].Field != "spec.trafficPolicy.loadBalancer.simple" {
+		t.Errorf("DestinationRule notes %v, want one for gRPC on loadBalancer.simple", notes)
+	}
+}
