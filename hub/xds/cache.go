@@ -146,41 +146,58 @@ func union(a, b []model.Hostname) []model.Hostname {
 	return a
 }
 
+// reshape says what of Envoy sidecars' outbound side a push changes.
+type reshape struct {
+	// routes: the shared route configurations (a service's definition, a
+	// VirtualService, or a DestinationRule's hash policy changed).
+	routes bool
+	// sidecars: every sidecar's listeners and clusters (a service's
+	// definition or service accounts, or a DestinationRule, changed). A
+	// VirtualService alone leaves them as they are.
+	sidecars bool
+}
+
 // reshapeLocked records the shapes of the updated services and reports
-// whether one changed (a service added, removed or redefined, or with mTLS
-// its service accounts changed).
-func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) bool {
-	changed := false
+// what of the sidecars' outbound side their changes touch.
+func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) reshape {
+	var r reshape
 	for _, u := range updates {
 		old, had := c.shapes[u.Hostname]
 		if u.Service == nil {
 			delete(c.shapes, u.Hostname)
-			changed = changed || had
+			if had {
+				r = reshape{routes: true, sidecars: true}
+			}
 			continue
 		}
 		sh := shapeOf(u.Service, c.planner.Config().Host(u.Hostname), c.opts)
-		if !had || !old.equal(sh) {
-			c.shapes[u.Hostname] = sh
-			changed = true
+		switch {
+		case !had || !old.sameService(sh) || old.cfg.DestinationRule != sh.cfg.DestinationRule:
+			r = reshape{routes: true, sidecars: true}
+		case old.cfg.VirtualService != sh.cfg.VirtualService:
+			r.routes = true
 		}
+		c.shapes[u.Hostname] = sh
 	}
-	return changed
+	return r
 }
 
 // planSidecarsLocked returns the writes that bring Envoy sidecars' caches
 // up to date after a push, given the push's planned load-assignment
-// changes; reshaped says whether a service's shape changed. When none did
-// (endpoints moved, the common case), only the sidecars whose pods started
-// or stopped serving a port are regenerated; otherwise every sidecar's
-// listeners and clusters are, from all services, and the shared routes.
-// The load assignments of the EDS clusters written anew follow them.
-func (c *groupCache) planSidecarsLocked(reshaped bool, planned map[xdsgen.ProxyGroup]xdsgen.Changes) []write {
+// changes and what its changes touch (see reshape). When nothing of their
+// outbound side changed (endpoints moved, the common case), only the
+// sidecars whose pods started or stopped serving a port are regenerated;
+// a VirtualService change regenerates the shared routes only; otherwise
+// every sidecar's listeners and clusters are, from all services, and the
+// shared routes. The load assignments of the EDS clusters written anew
+// follow them.
+func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup]xdsgen.Changes) []write {
 	if len(c.sidecars) == 0 {
 		return nil
 	}
 	services := c.services()
 	var out []write
-	if reshaped {
+	if r.routes {
 		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.opts)); ok {
 			out = append(out, w)
 		}
@@ -188,7 +205,7 @@ func (c *groupCache) planSidecarsLocked(reshaped bool, planned map[xdsgen.ProxyG
 	warm := map[xdsgen.ProxyGroup][]string{}
 	for _, sc := range c.sidecars {
 		in := sc.inbound(services)
-		if !reshaped && slices.Equal(in, sc.proxy.Inbound) {
+		if !r.sidecars && slices.Equal(in, sc.proxy.Inbound) {
 			continue
 		}
 		for _, w := range sc.replan(services, c.planner.Config(), in, c.opts) {

@@ -197,9 +197,9 @@ func shapeOf(ms *model.MergedService, cfg istioconfig.HostConfig, opts xdsgen.Op
 	return sh
 }
 
-func (a shape) equal(b shape) bool {
-	return a.svc.Equal(b.svc) && a.cfg.Same(b.cfg) && slices.Equal(a.sans, b.sans)
-}
+// sameService reports whether a and b have the same definition and
+// service accounts, whatever their Istio objects.
+func (a shape) sameService(b shape) bool { return a.svc.Equal(b.svc) && slices.Equal(a.sans, b.sans) }
 
 // warmedBy returns the service names of the EDS clusters that w upserts.
 // Envoy keeps an updated EDS cluster warming, on its old version, until it
