@@ -24,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
-	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/istioconfig/validate"
+	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
 
 // Version is the version of validate.Group the watcher reads: Istio's
