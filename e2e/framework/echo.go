@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -82,6 +84,26 @@ type EchoServer struct {
 	peerID  string // client SPIFFE ID of the last call
 	// peerIssuers counts calls by the issuer of the client certificate.
 	peerIssuers map[string]int
+
+	faultMu sync.Mutex // guards faults and faultCalls
+	faults  *EchoFaults
+	// faultCalls counts the calls since faults were last set.
+	faultCalls int
+}
+
+// EchoFaults make an echo server misbehave, so that tests can see what a
+// client's xDS configuration (retries, timeouts, outlier detection) does
+// about it. The zero value misbehaves in no way.
+type EchoFaults struct {
+	// FailEvery, when positive, fails every FailEvery-th call counted from
+	// when the faults were set: 1 fails every call, 2 the second, fourth, …
+	FailEvery int
+	// Code is the status of the failed calls. Default UNAVAILABLE.
+	Code codes.Code
+	// Delay, when positive, holds every call that long before it is
+	// answered or failed; a call whose caller gives up first ends then,
+	// with the status of its context's error.
+	Delay time.Duration
 }
 
 // grpcServer is what EchoServer needs of *grpc.Server and of grpc-go's
@@ -117,6 +139,9 @@ func StartEchoServer(addr, identity string) (*EchoServer, error) {
 
 func (s *EchoServer) echo(ctx context.Context, _ *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 	s.served.Add(1)
+	if err := s.misbehave(ctx); err != nil {
+		return nil, err
+	}
 	var id, issuer string
 	if p, ok := peer.FromContext(ctx); ok {
 		id, issuer = peerOf(p.AuthInfo)
@@ -133,13 +158,63 @@ func (s *EchoServer) echo(ctx context.Context, _ *wrapperspb.StringValue) (*wrap
 	return wrapperspb.String(s.identity), nil
 }
 
+// SetFaults makes the server misbehave as f says from its next call on
+// (nil: behave), counting calls afresh for FailEvery. f is copied.
+func (s *EchoServer) SetFaults(f *EchoFaults) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	s.faults, s.faultCalls = nil, 0
+	if f != nil {
+		c := *f
+		if c.Code == codes.OK {
+			c.Code = codes.Unavailable
+		}
+		s.faults = &c
+	}
+}
+
+// fault counts a call under the server's faults and returns what to do
+// to it: how long to hold it, then the error to fail it with (nil:
+// answer).
+func (s *EchoServer) fault() (time.Duration, error) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	f := s.faults
+	if f == nil {
+		return 0, nil
+	}
+	s.faultCalls++
+	var err error
+	if f.FailEvery > 0 && s.faultCalls%f.FailEvery == 0 {
+		err = status.Errorf(f.Code, "echo %s: injected failure of call %d", s.identity, s.faultCalls)
+	}
+	return f.Delay, err
+}
+
+// misbehave applies the server's faults to one call: nil when the call is
+// to be answered.
+func (s *EchoServer) misbehave(ctx context.Context) error {
+	delay, err := s.fault()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return err
+}
+
 // Identity returns what the server answers.
 func (s *EchoServer) Identity() string { return s.identity }
 
 // Addr returns the address the server listens on.
 func (s *EchoServer) Addr() netip.AddrPort { return s.addr }
 
-// Served returns how many calls the server has answered.
+// Served returns how many calls reached the server, including those its
+// faults failed.
 func (s *EchoServer) Served() int64 { return s.served.Load() }
 
 // Stop stops the server: in-flight calls get up to a second to finish,

@@ -52,6 +52,10 @@ type WorkloadOptions struct {
 	// (which they may not change), e.g. version: v1 for DestinationRule
 	// subsets. Default none.
 	PodLabels map[string]string
+	// Faults, when set, make every replica's echo server misbehave (fail
+	// calls, answer late) from its start; see SetFaults to change them
+	// while the workload runs. Default: every replica behaves.
+	Faults *EchoFaults
 	// XDS, when set, makes every replica an xDS-enabled gRPC server
 	// (StartXDSEchoServer) that takes its inbound listener, and with it its
 	// security, from the hub. Default: plain gRPC echo servers.
@@ -106,6 +110,10 @@ func (o *WorkloadOptions) defaults() error {
 		return fmt.Errorf("framework: WorkloadOptions.PodLabels sets app=%q, not the service %q", v, o.Service)
 	}
 	o.PodLabels = maps.Clone(o.PodLabels)
+	if o.Faults != nil {
+		f := *o.Faults
+		o.Faults = &f
+	}
 	return nil
 }
 
@@ -314,6 +322,8 @@ func (w *Workload) startReplicas(ctx context.Context, n int) ([]*replica, error)
 		if w.targetPort == 0 {
 			w.targetPort = srv.Addr().Port()
 		}
+		// Before the replica is in the EndpointSlice, so before any call.
+		srv.SetFaults(w.opts.Faults)
 		w.nextPod++
 		out = append(out, &replica{pod: pod, podIP: podIP, server: srv, agent: agent})
 	}
@@ -552,6 +562,37 @@ func (w *Workload) SetReady(ctx context.Context, ready bool) error {
 			es.Endpoints[i].Conditions.Serving = &s
 		}
 	})
+}
+
+// SetFaults makes every replica's echo server, running and added later,
+// misbehave as f says from its next call on (nil: behave), counting calls
+// afresh for FailEvery. f is copied.
+func (w *Workload) SetFaults(f *EchoFaults) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.opts.Faults = nil
+	if f != nil {
+		c := *f
+		w.opts.Faults = &c
+	}
+	for _, rep := range w.replicas {
+		rep.server.SetFaults(f)
+	}
+}
+
+// SetReplicaFaults makes the echo server of the running replica whose Pod
+// is pod misbehave as f says (nil: behave), as SetFaults does; the other
+// replicas and those added later keep theirs.
+func (w *Workload) SetReplicaFaults(pod string, f *EchoFaults) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, rep := range w.replicas {
+		if rep.pod == pod {
+			rep.server.SetFaults(f)
+			return nil
+		}
+	}
+	return w.errorf("no running replica %s", pod)
 }
 
 // SetPodLabels replaces the PodLabels of every replica's Pod, running and
