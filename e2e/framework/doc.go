@@ -4,12 +4,16 @@
 //
 //   - Fleet: everything below, started together and stopped together.
 //   - ConfigCluster: a kube-apiserver (with its own etcd) holding the
-//     Istio-format remote secrets the hub reads.
+//     Istio-format remote secrets the hub reads, with the hub chart's
+//     networking.istio.io CRDs installed, so tests can write the mesh's
+//     VirtualServices and DestinationRules.
 //   - RemoteCluster: a workload cluster, another kube-apiserver + etcd,
 //     with an ID, a locality, and credentials for the hub.
 //   - Hub: a meshfed-hub child process serving xDS and monitoring.
 //   - Workload: a Service in a remote cluster whose replicas are Pods backed
-//     by real gRPC echo servers.
+//     by real gRPC echo servers; their Pods may carry labels (PodLabels,
+//     SetPodLabels) and the servers may fail or stall on demand (Faults,
+//     SetFaults, SetReplicaFaults).
 //   - XDSClient: a proxyless grpc-go xDS client with its own node identity,
 //     resolving xds:/// targets through the hub and sending real RPCs.
 //   - ADSWatcher: a raw ADS stream for measuring EDS push latency.
