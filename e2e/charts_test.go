@@ -494,8 +494,7 @@ func TestHubChart(t *testing.T) {
 	requireRules(t, "hub Istio config role", config.Rules,
 		`"networking.istio.io" virtualservices get`, `"networking.istio.io" virtualservices list`, `"networking.istio.io" virtualservices watch`,
 		`"networking.istio.io" destinationrules get`, `"networking.istio.io" destinationrules list`, `"networking.istio.io" destinationrules watch`,
-		`"networking.istio.io" virtualservices/status get`, `"networking.istio.io" virtualservices/status update`, `"networking.istio.io" virtualservices/status patch`,
-		`"networking.istio.io" destinationrules/status get`, `"networking.istio.io" destinationrules/status update`, `"networking.istio.io" destinationrules/status patch`,
+		`"networking.istio.io" virtualservices/status patch`, `"networking.istio.io" destinationrules/status patch`,
 	)
 	var configBinding rbacv1.ClusterRoleBinding
 	r.get(t, "ClusterRoleBinding", "", "meshfed-hub-istioconfig-"+ns, &configBinding)
