@@ -598,9 +598,15 @@ func hashPoliciesFor(kind ProxyKind, dr *istioconfig.DestinationRule, port uint3
 	return hps, dropped
 }
 
-// timeout sets the route timeout. Envoy: the route timeout, which also
-// caps a gRPC client's grpc-timeout; without one, no timeout (istiod's
-// default). grpc-go reads only max_stream_duration.
+// timeout sets the route timeout; without one there is none (istiod's
+// default). grpc-go reads only max_stream_duration. Envoy gets it as
+// max_stream_duration too, which also caps a gRPC client's grpc-timeout:
+// a route with any max_stream_duration field uses Envoy's "new timeouts"
+// and ignores route.timeout altogether (measured with Envoy 1.40: a 0.3 s
+// route.timeout next to grpc_timeout_header_max let a 2 s answer through).
+// The stream duration counts from the request's start, so a fault delay
+// counts against it, as the users expect of a timeout (Envoy's
+// router timeout would start after the delay).
 func (t *translator) timeout(r *networking.HTTPRoute, action *routev3.RouteAction) {
 	d := r.GetTimeout()
 	if t.grpc() {
@@ -609,11 +615,12 @@ func (t *translator) timeout(r *networking.HTTPRoute, action *routev3.RouteActio
 		}
 		return
 	}
-	if d == nil {
-		d = durationpb.New(0)
+	if d == nil { // as the default route: no timeout, grpc-timeout uncapped
+		action.Timeout = durationpb.New(0)
+		action.MaxStreamDuration = noGRPCTimeoutCap()
+		return
 	}
-	action.Timeout = d
-	action.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{GrpcTimeoutHeaderMax: d}
+	action.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: d, GrpcTimeoutHeaderMax: d}
 }
 
 // ---- retries ----
