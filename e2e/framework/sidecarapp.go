@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,6 +44,9 @@ type HTTPEchoReply struct {
 type HTTPEcho struct {
 	srv *http.Server
 	l   net.Listener
+	// failEvery, when positive, makes every failEvery-th request since
+	// SetFailEvery fail; seen counts those requests, failed the failures.
+	failEvery, seen, failed atomic.Int64
 }
 
 // StartHTTPEcho serves HTTPEchoReply on addr (IP literal and port) in pod.
@@ -51,13 +55,18 @@ func StartHTTPEcho(ctx context.Context, pod *Pod, addr, identity string) (*HTTPE
 	if err != nil {
 		return nil, fmt.Errorf("framework: http echo %s: %w", identity, err)
 	}
+	e := &HTTPEcho{l: l}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e.shouldFail() {
+			http.Error(w, identity+": failing on purpose", http.StatusServiceUnavailable)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(HTTPEchoReply{
 			Identity: identity, Host: r.Host, Path: r.URL.Path, Proto: r.Proto, XFCC: r.Header.Get(HTTPEchoHeaderXFCC),
 		})
 	})
-	e := &HTTPEcho{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, l: l}
+	e.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = e.srv.Serve(l) }()
 	return e, nil
 }
@@ -67,6 +76,29 @@ func (e *HTTPEcho) Addr() net.Addr { return e.l.Addr() }
 
 // Close stops the server.
 func (e *HTTPEcho) Close() error { return e.srv.Close() }
+
+// SetFailEvery makes the n-th, 2n-th, … request from now on fail with
+// 503 Service Unavailable instead of an echo reply (n = 1: every request,
+// n = 2: every second one), as a flaky or broken app does; 0 stops
+// failing. Failed counts anew.
+func (e *HTTPEcho) SetFailEvery(n int) {
+	e.failEvery.Store(0)
+	e.seen.Store(0)
+	e.failed.Store(0)
+	e.failEvery.Store(int64(n))
+}
+
+// Failed returns how many requests failed since SetFailEvery.
+func (e *HTTPEcho) Failed() int { return int(e.failed.Load()) }
+
+func (e *HTTPEcho) shouldFail() bool {
+	n := e.failEvery.Load()
+	if n <= 0 || e.seen.Add(1)%n != 0 {
+		return false
+	}
+	e.failed.Add(1)
+	return true
+}
 
 // GetHTTPEcho sends GET http://<addr>/ with Host host from inside pod and
 // decodes the reply; a status other than 200 is an error.
