@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/federation"
 	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/testutil"
@@ -117,8 +119,16 @@ func versionedWorkloads(t *testing.T, hubs int) (*framework.Fleet, []*framework.
 		t.Fatal(err)
 	}
 	var out []*framework.Hub
-	for range hubs {
-		out = append(out, framework.StartTestHub(t, f, framework.HubOptions{}))
+	var key string
+	if hubs > 1 {
+		key = gossipKey(t, f)
+	}
+	for i := range hubs {
+		opts := framework.HubOptions{GossipKeyFile: key}
+		if i > 0 {
+			opts.Join = out[:1]
+		}
+		out = append(out, framework.StartTestHub(t, f, opts))
 	}
 	return f, out, workloads
 }
@@ -275,4 +285,95 @@ spec:
 	}
 	counts := expectClusters(t, conn, 60, "cluster-1", "cluster-2")
 	t.Logf("v3 not ready: %v", counts)
+}
+
+// TestConfigAcrossReplicas: every replica of a federation applies the
+// config, the subsets included on the replicas that do not watch the
+// clusters (their endpoints' Pod labels come over the peer stream), and
+// each object's status is written once, by one replica.
+func TestConfigAcrossReplicas(t *testing.T) {
+	f, hubs := versionedFleet(t, 3)
+	testutil.Eventually(t, converge, poll, func() error {
+		for _, h := range hubs {
+			fz, err := h.Federationz(t.Context())
+			if err != nil {
+				return err
+			}
+			if len(fz.Members) != len(hubs) {
+				return fmt.Errorf("%s sees %d members, want %d", h.ReplicaID(), len(fz.Members), len(hubs))
+			}
+		}
+		return nil
+	})
+	var conns []*framework.XDSConn
+	for _, h := range hubs {
+		conns = append(conns, clientIn(t, f, h, "cluster-9"))
+	}
+	applyIstio(t, f, echoSubsets)
+	applyIstio(t, f, echoCanary)
+	for i, conn := range conns {
+		testutil.Eventually(t, converge, poll, func() error {
+			ctx := metadata.AppendToOutgoingContext(t.Context(), "x-canary", "1")
+			counts, err := conn.Spread(ctx, 20)
+			if err != nil {
+				return err
+			}
+			if by := framework.ByCluster(counts); by["cluster-2"] != 20 {
+				return fmt.Errorf("through %s: canary calls answered by %v, want cluster-2 only", hubs[i].ReplicaID(), by)
+			}
+			return nil
+		})
+	}
+	// Each object's status is written by the replica rendezvous hashing
+	// elects among the members, and by no other.
+	members := make([]federation.ReplicaID, len(hubs))
+	for i, h := range hubs {
+		members[i] = federation.ReplicaID(h.ReplicaID())
+	}
+	want := map[string]int{}
+	for _, key := range []string{"DestinationRule/demo/echo", "VirtualService/demo/echo"} {
+		for _, id := range members {
+			if federation.Owns(id, model.ClusterID(key), members, 1) {
+				want[string(id)]++
+			}
+		}
+	}
+	writes := func() (map[string]int, error) {
+		got := map[string]int{}
+		for _, h := range hubs {
+			m, err := h.Metrics(t.Context())
+			if err != nil {
+				return nil, err
+			}
+			if n := metricValue(m, `meshfed_config_status_writes_total{result="ok"}`); n > 0 {
+				got[h.ReplicaID()] = n
+			}
+		}
+		return got, nil
+	}
+	check := func() error {
+		got, err := writes()
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(got, want) {
+			return fmt.Errorf("status writes by replica %v, want %v (one per object, by its elected writer)", got, want)
+		}
+		return nil
+	}
+	testutil.Eventually(t, converge, poll, check)
+	testutil.Consistently(t, 2*time.Second, 200*time.Millisecond, check)
+}
+
+// metricValue returns the integer value of the sample named series (name
+// and labels, as the text format writes them) in the text m, 0 if absent.
+func metricValue(m, series string) int {
+	for _, line := range strings.Split(m, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var n int
+			_, _ = fmt.Sscan(v, &n)
+			return n
+		}
+	}
+	return 0
 }
