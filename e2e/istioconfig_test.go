@@ -12,10 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/federation"
@@ -25,43 +23,18 @@ import (
 )
 
 // applyIstio creates or replaces, in the config cluster, the Istio object
-// written as YAML, straight into the apiserver: no webhook runs there, as
-// when the spoke's validation is bypassed.
+// written as YAML, past any webhook (framework.ConfigCluster.ApplyIstio).
 func applyIstio(t *testing.T, f *framework.Fleet, doc string) {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-		t.Fatalf("test object: %v", err)
-	}
-	ctx := t.Context()
-	c := f.Config().Client()
-	if err := f.Config().EnsureNamespace(ctx, u.GetNamespace()); err != nil {
+	if err := f.Config().ApplyIstio(t.Context(), doc); err != nil {
 		t.Fatal(err)
-	}
-	cur := &unstructured.Unstructured{}
-	cur.SetGroupVersionKind(u.GroupVersionKind())
-	err := c.Get(ctx, client.ObjectKeyFromObject(u), cur)
-	switch {
-	case apierrors.IsNotFound(err):
-		err = c.Create(ctx, u)
-	case err == nil:
-		u.SetResourceVersion(cur.GetResourceVersion())
-		err = c.Update(ctx, u)
-	}
-	if err != nil {
-		t.Fatalf("applying %s %s: %v", u.GetKind(), u.GetName(), err)
 	}
 }
 
 func deleteIstio(t *testing.T, f *framework.Fleet, kind, ns, name string) {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("networking.istio.io/v1")
-	u.SetKind(kind)
-	u.SetNamespace(ns)
-	u.SetName(name)
-	if err := f.Config().Client().Delete(t.Context(), u); err != nil {
-		t.Fatalf("deleting %s %s/%s: %v", kind, ns, name, err)
+	if err := f.Config().DeleteIstio(t.Context(), kind, ns, name); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"path/filepath"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 )
 
 // IstioCRDFile is the hub chart's file of Istio networking CRDs
@@ -29,6 +33,48 @@ func installIstioCRDs(ctx context.Context, c *Cluster) error {
 		ErrorIfPathMissing: true,
 	}); err != nil {
 		return fmt.Errorf("framework: installing the Istio CRDs in %s: %w", c.name, err)
+	}
+	return nil
+}
+
+// ApplyIstio creates or replaces, in the config cluster, the Istio object
+// doc (YAML of one object, e.g. a VirtualService), straight into the
+// apiserver: no validation webhook runs there, as when the spoke's is
+// bypassed. Its namespace is created when missing.
+func (c *ConfigCluster) ApplyIstio(ctx context.Context, doc string) error {
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		return fmt.Errorf("framework: Istio object: %w", err)
+	}
+	if err := c.EnsureNamespace(ctx, u.GetNamespace()); err != nil {
+		return err
+	}
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(u.GroupVersionKind())
+	err := c.client.Get(ctx, client.ObjectKeyFromObject(u), cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		err = c.client.Create(ctx, u)
+	case err == nil:
+		u.SetResourceVersion(cur.GetResourceVersion())
+		err = c.client.Update(ctx, u)
+	}
+	if err != nil {
+		return fmt.Errorf("framework: applying %s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
+}
+
+// DeleteIstio deletes the networking.istio.io/v1 object kind ns/name from
+// the config cluster.
+func (c *ConfigCluster) DeleteIstio(ctx context.Context, kind, ns, name string) error {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("networking.istio.io/v1")
+	u.SetKind(kind)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	if err := c.client.Delete(ctx, u); err != nil {
+		return fmt.Errorf("framework: deleting %s %s/%s: %w", kind, ns, name, err)
 	}
 	return nil
 }

@@ -178,11 +178,12 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	certs := &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots, TTL: certTTL}
 	d.detail("the CA signs with the root it created in istio-ca-secret; leaves live %v and are renewed at half-life", certTTL)
 
-	d.say("Deploying echo.demo (2 replicas, each an xDS-enabled gRPC server with its own certificate agent) in cluster-1..3...")
+	d.say("Deploying echo.demo (2 replicas, each an xDS-enabled gRPC server with its own certificate agent) in cluster-1..3, Pods labelled version=v1..v3...")
 	workloads := map[model.ClusterID]*framework.Workload{}
 	for _, r := range fleet.Remotes()[:3] {
 		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2,
-			XDS: &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: certs}})
+			PodLabels: map[string]string{"version": "v" + strings.TrimPrefix(string(r.ID), "cluster-")},
+			XDS:       &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: certs}})
 		if err != nil {
 			return err
 		}
@@ -241,6 +242,10 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	defer far.Close()
 	d.say("A client in cluster \"edge\", which has no echo backends, spreads over all three clusters")
 	if err := spread(ctx, d, far, opts.calls, "cluster-1", "cluster-2", "cluster-3"); err != nil {
+		return err
+	}
+
+	if err := istioSplit(ctx, d, cfg, hub, far, opts.calls); err != nil {
 		return err
 	}
 
@@ -485,6 +490,62 @@ func spread(ctx context.Context, d *demo, conn *framework.XDSConn, n int, want .
 		d.detail("  %-10s %3d  %s  (%s)", c, byCluster[c], strings.Repeat("#", byCluster[c]*40/n), strings.Join(pods, " "))
 	}
 	return nil
+}
+
+// The demo's Istio config: echo's subsets by Pod label, and a split of
+// its traffic between two of them.
+const (
+	echoSubsets = `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: demo}
+spec:
+  host: echo
+  subsets:
+  - {name: v1, labels: {version: v1}}
+  - {name: v2, labels: {version: v2}}
+`
+	echoSplit = `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [echo]
+  http:
+  - route:
+    - {destination: {host: echo, subset: v1}, weight: 80}
+    - {destination: {host: echo, subset: v2}, weight: 20}
+`
+)
+
+// istioSplit applies a DestinationRule and a VirtualService that split
+// echo 80/20 between v1 (cluster-1) and v2 (cluster-2), shows the split
+// and the hub's /debug/configz, and removes them again.
+func istioSplit(ctx context.Context, d *demo, cfg *framework.ConfigCluster, hub *framework.Hub, conn *framework.XDSConn, calls int) error {
+	d.say("A DestinationRule (subsets v1, v2 by Pod label) and a VirtualService (80/20) in the config cluster: the edge client's calls split between cluster-1 and cluster-2")
+	for _, doc := range []string{echoSubsets, echoSplit} {
+		if err := cfg.ApplyIstio(ctx, doc); err != nil {
+			return err
+		}
+	}
+	if err := spread(ctx, d, conn, calls, "cluster-1", "cluster-2"); err != nil {
+		return err
+	}
+	cz, err := hub.Configz(ctx)
+	if err != nil {
+		return err
+	}
+	for _, o := range cz.Objects {
+		d.detail("/debug/configz: %s %s/%s generation %d %s", o.Kind, o.Namespace, o.Name, o.Generation, o.State)
+	}
+
+	d.say("Deleting them: the default spread over all three clusters comes back")
+	for _, kind := range []string{"VirtualService", "DestinationRule"} {
+		if err := cfg.DeleteIstio(ctx, kind, "demo", "echo"); err != nil {
+			return err
+		}
+	}
+	return spread(ctx, d, conn, calls, "cluster-1", "cluster-2", "cluster-3")
 }
 
 func printRegistry(ctx context.Context, d *demo, hub *framework.Hub) error {
