@@ -114,17 +114,38 @@ func NewSnapshot(domainSuffix string, objs []Object) *Snapshot {
 	for _, o := range objs {
 		s.objects[o.meta().Key] = o
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(s.objects), compareKeys) {
-		switch o := s.objects[k].(type) {
+	// Who wins a host does not depend on the order of the claims (the
+	// oldest does), so the objects need no sorting; the losers are known
+	// once every claim is in.
+	var claims []hostClaim
+	for _, o := range s.objects {
+		switch o := o.(type) {
 		case *VirtualService:
 			if !boundToMesh(o.Spec.GetGateways()) {
 				continue
 			}
 			for _, h := range o.Spec.GetHosts() {
-				claim(s, &s.vs, ResolveHost(h, o.Namespace, domainSuffix), o)
+				h := ResolveHost(h, o.Namespace, domainSuffix)
+				claim(&s.vs, h, o)
+				claims = append(claims, hostClaim{host: h, key: o.Key, vs: true})
 			}
 		case *DestinationRule:
-			claim(s, &s.dr, ResolveHost(o.Spec.GetHost(), o.Namespace, domainSuffix), o)
+			h := ResolveHost(o.Spec.GetHost(), o.Namespace, domainSuffix)
+			claim(&s.dr, h, o)
+			claims = append(claims, hostClaim{host: h, key: o.Key})
+		}
+	}
+	for _, c := range claims {
+		var winner Key
+		if c.vs {
+			v, _ := s.vs.get(c.host)
+			winner = v.Key
+		} else {
+			d, _ := s.dr.get(c.host)
+			winner = d.Key
+		}
+		if winner != c.key {
+			s.shadowed = append(s.shadowed, Shadowed{Host: c.host, Lost: c.key, By: winner})
 		}
 	}
 	slices.SortFunc(s.shadowed, func(a, b Shadowed) int {
@@ -133,18 +154,18 @@ func NewSnapshot(domainSuffix string, objs []Object) *Snapshot {
 	return s
 }
 
+// hostClaim is one object's claim of one host, of a VirtualService or a
+// DestinationRule.
+type hostClaim struct {
+	host model.Hostname
+	key  Key
+	vs   bool
+}
+
 // claim gives host h to o unless an older object holds it.
-func claim[T Object](s *Snapshot, idx *hostIndex[T], h model.Hostname, o T) {
-	m := o.meta()
-	cur, ok := idx.get(h)
-	switch {
-	case !ok:
+func claim[T Object](idx *hostIndex[T], h model.Hostname, o T) {
+	if cur, ok := idx.get(h); !ok || o.meta().older(cur.meta()) {
 		idx.put(h, o)
-	case m.older(cur.meta()):
-		s.shadowed = append(s.shadowed, Shadowed{Host: h, Lost: cur.meta().Key, By: m.Key})
-		idx.put(h, o)
-	default:
-		s.shadowed = append(s.shadowed, Shadowed{Host: h, Lost: m.Key, By: cur.meta().Key})
 	}
 }
 

@@ -100,3 +100,23 @@ func TestChangedHosts(t *testing.T) {
 		t.Errorf("to nil: changed %v, want [a b]", got)
 	}
 }
+
+// TestShadowedByTheWinner: of three objects claiming one host, whatever
+// their order, both losers are shadowed by the oldest, the one that holds
+// the host.
+func TestShadowedByTheWinner(t *testing.T) {
+	echo := model.Hostname("echo.demo.svc.cluster.local")
+	a := vs("demo", "a", time.Minute, nil, "echo")
+	b := vs("demo", "b", time.Hour, nil, "echo")
+	c := vs("demo", "c", 2*time.Hour, nil, "echo")
+	want := []istioconfig.Shadowed{{Host: echo, Lost: a.Key, By: c.Key}, {Host: echo, Lost: b.Key, By: c.Key}}
+	for _, order := range [][]istioconfig.Object{{a, b, c}, {c, b, a}, {b, c, a}} {
+		s := istioconfig.NewSnapshot("", order)
+		if got := s.Host(echo).VirtualService; got != c {
+			t.Errorf("host held by %v, want the oldest (c)", got.Key)
+		}
+		if got := s.Shadowed(); !slices.Equal(got, want) {
+			t.Errorf("shadowed %+v, want %+v", got, want)
+		}
+	}
+}
