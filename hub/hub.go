@@ -300,7 +300,7 @@ func Run(ctx context.Context, opts Options) error {
 			debugdoc.TrustzName:      func(*http.Request) any { return trust.Trustz(bundle.TrustRoots()) },
 			debugdoc.SpokezName:      func(*http.Request) any { return fleet.Spokes(opts.Clock.Now()) },
 			debugdoc.ClusterzName:    func(*http.Request) any { return remotes.Clusterz(status) },
-			hubconfig.ConfigzName:    func(*http.Request) any { return config.Configz() },
+			debugdoc.ConfigzName:     func(*http.Request) any { return config.Configz() },
 		},
 		Log: log.WithName("monitoring"),
 	})

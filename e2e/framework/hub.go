@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 )
 
@@ -323,9 +322,9 @@ func (h *Hub) Registryz(ctx context.Context) (*debugdoc.Registryz, error) {
 
 // Configz fetches and decodes /debug/configz: every Istio config object
 // the hub has read, with its state.
-func (h *Hub) Configz(ctx context.Context) (*hubconfig.Configz, error) {
-	cz := &hubconfig.Configz{}
-	if err := h.getDoc(ctx, "/debug/"+hubconfig.ConfigzName, cz); err != nil {
+func (h *Hub) Configz(ctx context.Context) (*debugdoc.Configz, error) {
+	cz := &debugdoc.Configz{}
+	if err := h.getDoc(ctx, debugdoc.ConfigzPath, cz); err != nil {
 		return nil, err
 	}
 	return cz, nil

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/istioconfig/validate"
 )
@@ -24,18 +25,15 @@ const (
 	ReasonInvalid = "invalid"
 )
 
-// State is what the hub does with an object.
-type State string
+// State is what the hub does with an object (the state /debug/configz
+// shows).
+type State = debugdoc.ConfigState
 
 // The states of an object.
 const (
-	// StateApplied: valid, and applied to every host it names.
-	StateApplied State = "applied"
-	// StateRejected: invalid, skipped.
-	StateRejected State = "rejected"
-	// StateShadowed: valid, but an older object holds at least one of its
-	// hosts, where it does not apply.
-	StateShadowed State = "shadowed"
+	StateApplied  = debugdoc.ConfigApplied
+	StateRejected = debugdoc.ConfigRejected
+	StateShadowed = debugdoc.ConfigShadowed
 )
 
 // States lists every State.

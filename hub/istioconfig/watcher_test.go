@@ -26,6 +26,7 @@ import (
 
 	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
 	"github.com/meshfed/meshfed/hub/monitoring"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
@@ -368,17 +369,17 @@ meshfed_config_objects{kind="VirtualService",state="shadowed"} 1
 
 // configz reads /debug/configz from a monitoring server serving it as the
 // hub does.
-func (f *fixture) configz() hubconfig.Configz {
+func (f *fixture) configz() debugdoc.Configz {
 	f.t.Helper()
 	mon := monitoring.New(monitoring.Options{
-		Debug: map[string]func(*http.Request) any{hubconfig.ConfigzName: func(*http.Request) any { return f.w.Configz() }},
+		Debug: map[string]func(*http.Request) any{debugdoc.ConfigzName: func(*http.Request) any { return f.w.Configz() }},
 	})
 	rec := httptest.NewRecorder()
-	mon.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/"+hubconfig.ConfigzName, nil))
+	mon.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, debugdoc.ConfigzPath, nil))
 	if rec.Code != http.StatusOK {
 		f.t.Fatalf("GET /debug/configz: %d %s", rec.Code, rec.Body)
 	}
-	var doc hubconfig.Configz
+	var doc debugdoc.Configz
 	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
 		f.t.Fatalf("decoding configz: %v\n%s", err, rec.Body)
 	}

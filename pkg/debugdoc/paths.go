@@ -13,6 +13,7 @@ const (
 	SpokezName      = "spokez"
 	ProxyStatusName = "proxystatusz"
 	ClusterzName    = "clusterz"
+	ConfigzName     = "configz"
 )
 
 // Paths of the documents.
@@ -23,4 +24,5 @@ const (
 	SpokezPath      = Prefix + SpokezName
 	ProxyStatusPath = Prefix + ProxyStatusName
 	ClusterzPath    = Prefix + ClusterzName
+	ConfigzPath     = Prefix + ConfigzName
 )
