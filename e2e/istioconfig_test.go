@@ -17,7 +17,7 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/federation"
-	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
@@ -165,6 +165,10 @@ spec:
 	testutil.Eventually(t, converge, poll, func() error {
 		return configRejected(t.Context(), f, hub, "demo", "broken")
 	})
+	out, err := framework.Meshfedctl(t, "istio-config", "--monitoring", strings.TrimPrefix(hub.MonitoringURL(), "http://"), "vs/demo/broken")
+	if err != nil || !strings.Contains(out, "rejected (undecodable)") || !strings.Contains(out, "spec.http[0].route[0].weight") {
+		t.Errorf("meshfedctl istio-config vs/demo/broken: %v\n%s", err, out)
+	}
 	if counts, err := conn.Spread(t.Context(), 50); err != nil || framework.ByCluster(counts)["cluster-3"] != 0 {
 		t.Errorf("after an invalid object: %v %v, want the split still applied", counts, err)
 	}
@@ -206,7 +210,7 @@ func configRejected(ctx context.Context, f *framework.Fleet, hub *framework.Hub,
 		return err
 	}
 	obj, ok := cz.Object("VirtualService", ns, name)
-	if !ok || obj.State != hubconfig.StateRejected || len(obj.Errors) == 0 {
+	if !ok || obj.State != debugdoc.ConfigRejected || len(obj.Errors) == 0 {
 		return fmt.Errorf("/debug/configz: %s/%s is %+v, want rejected with errors", ns, name, obj)
 	}
 	m, err := hub.Metrics(ctx)

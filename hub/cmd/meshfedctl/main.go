@@ -2,6 +2,7 @@
 //
 //	meshfedctl proxy-status [--hub ADDR] [-o table|json] [PROXY]
 //	meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
+//	meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
 //
 // proxy-status asks the hub's CSDS service (envoy.service.status.v3, on the
 // xDS port, plaintext) for the fleet-wide proxy status and prints it with
@@ -27,6 +28,14 @@
 //
 // where "owners" is left out when unknown: the hub has no
 // /debug/federationz, or no replica owns the cluster.
+//
+// istio-config reads /debug/configz and prints every VirtualService and
+// DestinationRule the hub read: KIND NAMESPACE NAME GENERATION STATE
+// (applied, rejected, shadowed) and a one-line DETAIL; with KIND/NS/NAME
+// (kind case-insensitive, or vs / dr) one object in full: its errors by
+// field path, the object that shadows it, the notes on what a proxy kind
+// does not get. -o json writes the debugdoc.Configz document (or the one
+// object).
 package main
 
 import (

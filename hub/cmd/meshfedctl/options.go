@@ -13,6 +13,7 @@ const (
 	cmdProxyStatus    = "proxy-status"
 	cmdRemoteClusters = "remote-clusters"
 	cmdTrustBundle    = "trust-bundle"
+	cmdIstioConfig    = "istio-config"
 	cmdRemoteSecret   = "create-remote-secret"
 )
 
@@ -35,6 +36,8 @@ type Options struct {
 	Output string
 	// Proxy, for proxy-status, selects one proxy by name or node ID.
 	Proxy string
+	// Object, for istio-config, selects one object: KIND/NAMESPACE/NAME.
+	Object string
 	// Timeout bounds each call to the hub.
 	Timeout time.Duration
 	// RemoteSecret holds the flags of create-remote-secret.
@@ -58,6 +61,7 @@ const usage = `usage:
   meshfedctl proxy-status [--hub ADDR] [-o table|json] [PROXY]
   meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
   meshfedctl trust-bundle [--monitoring ADDR] [-o table|json|pem]
+  meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NAMESPACE/NAME]
   meshfedctl create-remote-secret --name CLUSTER_ID [--kubeconfig PATH] [--context CTX]
       [--service-account meshfed-reader] [--sa-namespace istio-system] [--token-ttl 720h]
       [--secret-namespace istio-system] [--apply-to CONFIG_KUBECONFIG [--rotate]]
@@ -85,7 +89,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	switch opts.Command {
 	case cmdProxyStatus:
 		fs.StringVar(&opts.Hub, "hub", opts.Hub, "address of a hub's xDS port (CSDS, plaintext)")
-	case cmdRemoteClusters, cmdTrustBundle:
+	case cmdRemoteClusters, cmdTrustBundle, cmdIstioConfig:
 		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
 	case cmdRemoteSecret:
 		rs := &opts.RemoteSecret
@@ -122,6 +126,8 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	switch {
 	case opts.Command == cmdProxyStatus && len(positional) == 1:
 		opts.Proxy = positional[0]
+	case opts.Command == cmdIstioConfig && len(positional) == 1:
+		opts.Object = positional[0]
 	case len(positional) > 0:
 		return opts, fmt.Errorf("%s: unexpected arguments %q", opts.Command, positional)
 	case opts.Command == cmdRemoteSecret && opts.RemoteSecret.Name == "":

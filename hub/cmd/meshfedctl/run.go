@@ -32,6 +32,8 @@ func run(ctx context.Context, opts Options, stdout io.Writer) error {
 		return remoteClusters(ctx, opts, stdout)
 	case cmdTrustBundle:
 		return trustBundle(ctx, opts, stdout)
+	case cmdIstioConfig:
+		return istioConfig(ctx, opts, stdout)
 	case cmdRemoteSecret:
 		return createRemoteSecret(ctx, opts.RemoteSecret, stdout)
 	}
