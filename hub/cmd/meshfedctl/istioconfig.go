@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 
@@ -18,14 +17,9 @@ import (
 // state and, in detail, its errors, shadowing and notes. Every replica
 // reads the config itself, so any replica answers for the fleet.
 func istioConfig(ctx context.Context, opts Options, stdout io.Writer) error {
-	base := opts.Monitoring
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
 	var doc debugdoc.Configz
-	client := &http.Client{Timeout: opts.Timeout}
-	if err := getJSON(ctx, client, strings.TrimSuffix(base, "/")+debugdoc.ConfigzPath, &doc); err != nil {
-		return fmt.Errorf("hub %s: %w", opts.Monitoring, err)
+	if err := getDoc(ctx, opts, debugdoc.ConfigzPath, &doc); err != nil {
+		return err
 	}
 	objs := doc.Objects
 	if opts.Object != "" {

@@ -39,22 +39,30 @@ type remoteCluster struct {
 // errNotFound is returned by getJSON for a 404.
 var errNotFound = errors.New("not found")
 
-func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
+// getDoc fetches the /debug document at path from the hub's monitoring
+// port (opts.Monitoring: an address, or an http:// URL) into v. Errors
+// name the hub.
+func getDoc(ctx context.Context, opts Options, path string, v any) error {
 	base := opts.Monitoring
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
-	base = strings.TrimSuffix(base, "/")
 	client := &http.Client{Timeout: opts.Timeout}
-
-	var reg debugdoc.Registryz
-	if err := getJSON(ctx, client, base+debugdoc.RegistryzPath, &reg); err != nil {
+	if err := getJSON(ctx, client, strings.TrimSuffix(base, "/")+path, v); err != nil {
 		return fmt.Errorf("hub %s: %w", opts.Monitoring, err)
+	}
+	return nil
+}
+
+func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
+	var reg debugdoc.Registryz
+	if err := getDoc(ctx, opts, debugdoc.RegistryzPath, &reg); err != nil {
+		return err
 	}
 	// Ownership is optional: a hub without federation has no federationz.
 	owners := map[string][]string{}
 	var fed debugdoc.Federationz
-	haveOwners := getJSON(ctx, client, base+debugdoc.FederationzPath, &fed) == nil
+	haveOwners := getDoc(ctx, opts, debugdoc.FederationzPath, &fed) == nil
 	for _, c := range fed.Clusters {
 		owners[string(c.ID)] = c.Owners
 	}
@@ -62,7 +70,7 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 	// Spokes are optional too: a hub without the CA has no spokez.
 	spokes := map[string]string{}
 	var sz debugdoc.Spokez
-	if getJSON(ctx, client, base+debugdoc.SpokezPath, &sz) == nil {
+	if getDoc(ctx, opts, debugdoc.SpokezPath, &sz) == nil {
 		for _, sp := range sz {
 			health := "down"
 			if sp.Healthy {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/meshfed/meshfed/pkg/debugdoc"
@@ -15,14 +13,9 @@ import (
 // trustBundle prints the federated trust bundle: a table, the JSON, or the
 // concatenated PEM (what workloads put in root-cert.pem).
 func trustBundle(ctx context.Context, opts Options, stdout io.Writer) error {
-	base := opts.Monitoring
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
 	var doc debugdoc.Trustz
-	client := &http.Client{Timeout: opts.Timeout}
-	if err := getJSON(ctx, client, strings.TrimSuffix(base, "/")+debugdoc.TrustzPath, &doc); err != nil {
-		return fmt.Errorf("hub %s: %w", opts.Monitoring, err)
+	if err := getDoc(ctx, opts, debugdoc.TrustzPath, &doc); err != nil {
+		return err
 	}
 	switch opts.Output {
 	case outputJSON:
