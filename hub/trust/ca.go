@@ -189,27 +189,34 @@ func (c *CA) publishRoots(keys *ca.Keys, only []string) error {
 
 // rotated brings the trust bundle in line with rotated CA keys: new roots
 // join at once, dropped ones retire when their last leaves expire. ctx is
-// the key store's (KeyStore.Run's): the config-cluster write ends with it.
+// the key store's (KeyStore.Run's); the config-cluster write outlives its
+// end by up to 30 s.
 func (c *CA) rotated(ctx context.Context, rot ca.Rotation) {
 	if len(rot.Added) > 0 {
 		if err := c.publishRoots(rot.New, rot.Added); err != nil {
 			c.log.Error(err, "new CA roots not added to the trust bundle")
 		}
 	}
-	var keep []ca.RetiringRoot
+	if len(rot.Retired) == 0 {
+		return
+	}
+	// The config cluster records the retirements before the bundle shows
+	// them: once any replica reports a root as retiring, a restart of the
+	// whole fleet keeps it. A stop during the write lets the write end.
+	keep := make([]ca.RetiringRoot, 0, len(rot.Retired))
+	for _, r := range rot.Retired {
+		keep = append(keep, ca.RetiringRoot{Fingerprint: r.Fingerprint, PEM: r.PEM, RetireAt: r.At})
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.retiring.Save(wctx, keep, c.opts.Clock.Now()); err != nil {
+		// The replicas still hold the retirement; only a restart of
+		// every replica before it is due would lose it.
+		c.log.Error(err, "retiring roots not recorded in the config cluster")
+	}
 	for _, r := range rot.Retired {
 		if c.opts.Bundle.RetireRoot(r.Fingerprint, r.At) {
 			c.log.Info("CA root retiring", "root", r.Fingerprint, "at", r.At.UTC())
-		}
-		keep = append(keep, ca.RetiringRoot{Fingerprint: r.Fingerprint, PEM: r.PEM, RetireAt: r.At})
-	}
-	if len(keep) > 0 {
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := c.retiring.Save(ctx, keep, c.opts.Clock.Now()); err != nil {
-			// The replicas still hold the retirement; only a restart of
-			// every replica before it is due would lose it.
-			c.log.Error(err, "retiring roots not recorded in the config cluster")
 		}
 	}
 }
