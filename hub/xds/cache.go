@@ -445,8 +445,43 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 		return nil, err
 	}
 	c.addInbound(req.GetTypeUrl(), lc, sub)
-	return lc.CreateDeltaWatch(req, sub, out)
+	return lc.CreateDeltaWatch(req, resyncOnConnect(req, sub), out)
 }
+
+// resyncOnConnect returns the subscription for a Delta watch: for the
+// first request of a type that names its resources and declares versions
+// the proxy already holds (initial_resource_versions, sent by a proxy
+// whose stream was replaced, e.g. by pilot-agent after its upstream
+// connection failed), one that declares them all outdated; else sub. A
+// LinearCache answers a named subscription only when a resource differs
+// from what the proxy declares, so a reconnecting proxy that was up to
+// date got no answer at all, and the hub showed the type as NOT SENT for
+// as long as nothing changed. Like istiod, which answers the first request
+// of every type on a new connection, the hub resends what the proxy holds
+// (and removes what it no longer has); the proxy ACKs, and its status is
+// SYNCED. Wildcard subscriptions (Envoy's listeners and clusters) are
+// answered on the first request anyway, so they keep the versions and get
+// only what changed.
+func resyncOnConnect(req *cachev3.DeltaRequest, sub cachev3.Subscription) cachev3.Subscription {
+	if req.GetResponseNonce() != "" || sub.IsWildcard() || len(sub.ReturnedResources()) == 0 {
+		return sub
+	}
+	outdated := make(map[string]string, len(sub.ReturnedResources()))
+	for name := range sub.ReturnedResources() {
+		outdated[name] = ""
+	}
+	return resync{Subscription: sub, outdated: outdated}
+}
+
+// resync is a subscription whose known resources are all outdated (see
+// resyncOnConnect). The stream server keeps its own subscription and
+// records in it what the response returns.
+type resync struct {
+	cachev3.Subscription
+	outdated map[string]string
+}
+
+func (r resync) ReturnedResources() map[string]string { return r.outdated }
 
 // Fetch answers a REST request. For load assignments it answers only from
 // a group that an open stream holds, so that REST requests, which have no

@@ -2,7 +2,9 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,6 +20,8 @@ import (
 
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/proxystatus"
+	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
@@ -330,4 +334,88 @@ func TestDeltaStream(t *testing.T) {
 	if n := len(priorities(&c)); n != 2 {
 		t.Fatalf("delta update has %d endpoints, want 2", n)
 	}
+}
+
+// TestDeltaReconnectUpToDate: a proxy that reconnects declaring the
+// versions it already holds (initial_resource_versions) is answered all
+// the same: what it holds is resent, what the hub no longer has is
+// removed, and the status shows the type SYNCED once the proxy ACKs. The
+// cache alone answers nothing when nothing differs, and the type stayed
+// NOT SENT.
+func TestDeltaReconnectUpToDate(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	gen := st.NextGeneration("c1")
+	if err := st.ReplaceCluster("c1", gen, shard("c1", "r1", "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	srv := runServer(t, Options{Registry: st})
+	addr := srv.Addr().String()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	node := newADS(t, addr, "c1", "r1").node
+	cluster := xdsgen.ClusterName(echo, 8080)
+	gone := xdsgen.ClusterName("gone.demo.svc.cluster.local", 8080)
+
+	open := func(known map[string]string) (discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, *discoveryv3.DeltaDiscoveryResponse) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		t.Cleanup(cancel)
+		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := []string{cluster}
+		for n := range known {
+			if n != cluster {
+				names = append(names, n)
+			}
+		}
+		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{
+			Node: node, TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: names, InitialResourceVersions: known,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("first request declaring %v: no answer: %v", known, err)
+		}
+		return stream, r
+	}
+
+	first, r := open(nil)
+	if len(r.GetResources()) != 1 {
+		t.Fatalf("first connection: %v", r)
+	}
+	version := r.GetResources()[0].GetVersion()
+	if err := first.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The proxy holds the current version of cluster, and one of gone,
+	// which the hub never had.
+	again, r := open(map[string]string{cluster: version, gone: "v-old"})
+	if len(r.GetResources()) != 1 || r.GetResources()[0].GetName() != cluster || r.GetResources()[0].GetVersion() != version {
+		t.Fatalf("reconnect: resources %v, want %s at %s again", r.GetResources(), cluster, version)
+	}
+	if !slices.Equal(r.GetRemovedResources(), []string{gone}) {
+		t.Fatalf("reconnect: removed %v, want [%s]", r.GetRemovedResources(), gone)
+	}
+	if err := again.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		for _, rec := range srv.Status().Records() {
+			if rec.Proxy != node.GetId() {
+				continue
+			}
+			if s := rec.Status("eds"); s != proxystatus.StatusSynced {
+				return fmt.Errorf("eds is %s", s)
+			}
+			return nil
+		}
+		return fmt.Errorf("no status of %s", node.GetId())
+	})
 }
