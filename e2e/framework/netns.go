@@ -52,6 +52,10 @@ const (
 	podNetworkLock = "/run/meshfed-podnet.lock"
 )
 
+// bridgeMAC is the bridge's fixed address (locally administered, with the
+// gateway's IPv4 address in its low four bytes).
+const bridgeMAC = "02:00:c6:12:00:01"
+
 // maxPods is how many Pods one network numbers: 198.18.A.B with A in
 // 1..255 and B in 1..254 (A = 0 is the gateway's).
 const maxPods = 255 * 254
@@ -109,6 +113,13 @@ func NewPodNetwork(ctx context.Context, opts PodNetworkOptions) (_ *PodNetwork, 
 	gw := netip.PrefixFrom(PodNetworkGateway, podNetworkPrefix.Bits()).String()
 	for _, args := range [][]string{
 		{"link", "add", n.bridge, "type", "bridge"},
+		// A bridge whose address was never set takes the lowest of its
+		// ports' addresses, so adding a Pod could change the gateway's
+		// MAC: the Pods that had resolved it sent to the old one, which
+		// the bridge drops, until their ARP entry went stale. pilot-agent's
+		// connection to the hub then failed after 10 s (its TCP user
+		// timeout). A set address never changes.
+		{"link", "set", n.bridge, "address", bridgeMAC},
 		{"addr", "add", gw, "dev", n.bridge},
 		{"link", "set", n.bridge, "up"},
 	} {

@@ -5,6 +5,7 @@ package framework
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -79,6 +80,17 @@ func TestPodNetwork(t *testing.T) {
 
 	a := NewTestPod(t, n, PodOptions{Name: "a", Hosts: map[string]netip.Addr{"istiod.istio-system.svc": n.Gateway()}})
 	b := NewTestPod(t, n, PodOptions{Name: "b"})
+	// The gateway's MAC stays what it was, however many Pods join (an
+	// unset bridge address follows the lowest port's).
+	for i := range 6 {
+		NewTestPod(t, n, PodOptions{Name: fmt.Sprintf("more-%d", i)})
+	}
+	if got := sysNet(t, n.Bridge(), "address"); got != bridgeMAC {
+		t.Errorf("bridge address %s after adding Pods, want %s", got, bridgeMAC)
+	}
+	if got := sysNet(t, n.Bridge(), "addr_assign_type"); got != "3" { // NET_ADDR_SET
+		t.Errorf("bridge addr_assign_type %s, want 3 (set, so the kernel never changes it)", got)
+	}
 	if a.IP() == b.IP() || !podNetworkPrefix.Contains(a.IP()) || a.IP().IsLoopback() {
 		t.Fatalf("pod IPs %s, %s: want distinct addresses in %s", a.IP(), b.IP(), podNetworkPrefix)
 	}
@@ -190,4 +202,14 @@ func TestPodNetwork(t *testing.T) {
 	if err := n2.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sysNet reads attribute attr of link from /sys/class/net.
+func sysNet(t *testing.T, link, attr string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/class/net", link, attr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
