@@ -349,11 +349,19 @@ func TestSpokeChartDefaults(t *testing.T) {
 		t.Fatalf("validating webhooks: %d", len(vwc.Webhooks))
 	}
 	vw := vwc.Webhooks[0]
-	if *vw.ClientConfig.Service.Path != "/validate" || len(vw.Rules) != 1 ||
+	if *vw.ClientConfig.Service.Path != "/validate" || len(vw.Rules) != 2 ||
 		!slices.Equal(vw.Rules[0].APIGroups, []string{"networking.istio.io"}) ||
 		!slices.Equal(vw.Rules[0].APIVersions, []string{"v1", "v1beta1", "v1alpha3"}) ||
-		!slices.Equal(vw.Rules[0].Resources, []string{"virtualservices", "destinationrules", "serviceentries", "sidecars"}) {
+		!slices.Equal(vw.Rules[0].Resources, []string{"virtualservices", "destinationrules", "serviceentries", "sidecars"}) ||
+		!slices.Equal(vw.Rules[1].APIGroups, []string{"security.istio.io"}) ||
+		!slices.Equal(vw.Rules[1].APIVersions, []string{"v1", "v1beta1"}) ||
+		!slices.Equal(vw.Rules[1].Resources, []string{"peerauthentications", "authorizationpolicies"}) {
 		t.Errorf("validating webhook %+v", vw)
+	}
+	for _, rule := range vw.Rules {
+		if !slices.Equal(rule.Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update}) {
+			t.Errorf("validating webhook rule %+v: operations", rule)
+		}
 	}
 
 	// The injection ConfigMap parses as the spoke will parse it, and
@@ -495,6 +503,9 @@ func TestHubChart(t *testing.T) {
 		`"networking.istio.io" virtualservices get`, `"networking.istio.io" virtualservices list`, `"networking.istio.io" virtualservices watch`,
 		`"networking.istio.io" destinationrules get`, `"networking.istio.io" destinationrules list`, `"networking.istio.io" destinationrules watch`,
 		`"networking.istio.io" virtualservices/status patch`, `"networking.istio.io" destinationrules/status patch`,
+		`"security.istio.io" peerauthentications get`, `"security.istio.io" peerauthentications list`, `"security.istio.io" peerauthentications watch`,
+		`"security.istio.io" authorizationpolicies get`, `"security.istio.io" authorizationpolicies list`, `"security.istio.io" authorizationpolicies watch`,
+		`"security.istio.io" peerauthentications/status patch`, `"security.istio.io" authorizationpolicies/status patch`,
 	)
 	var configBinding rbacv1.ClusterRoleBinding
 	r.get(t, "ClusterRoleBinding", "", "meshfed-hub-istioconfig-"+ns, &configBinding)

@@ -86,7 +86,7 @@ func drClusterConfig(t *testing.T, spec string) (*istioconfig.Snapshot, *istioco
 		Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: validate.KindDestinationRule, Namespace: "demo", Name: "echo"}, Generation: 1, Created: time.Unix(0, 0)},
 		Spec: msg.(*networking.DestinationRule),
 	}
-	return istioconfig.NewSnapshot("", []istioconfig.Object{dr}), dr
+	return istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{dr}), dr
 }
 
 // staticClusters turns copies of the EDS clusters STATIC with the load

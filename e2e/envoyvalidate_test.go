@@ -364,7 +364,8 @@ func testSidecarTraffic(t *testing.T, bin string, opts xdsgen.Options) {
 	ports := freeLoopbackPorts(t, 3)
 	httpPort, tcpPort, grpcPort := ports[0], ports[1], ports[2]
 	ep := func(name string, target uint32) []model.Endpoint {
-		return []model.Endpoint{{Cluster: "cluster-1", Address: serverIP, Ready: true, ServiceAccount: "echo", Ports: map[string]uint32{name: target}}}
+		return []model.Endpoint{{Cluster: "cluster-1", Address: serverIP, Ready: true, ServiceAccount: "echo", Ports: map[string]uint32{name: target},
+			Labels: model.NewLabels(map[string]string{xdsgen.TLSModeLabel: xdsgen.TLSModeIstio})}}
 	}
 	service := func(name string, port uint32, p model.Protocol, target uint32) *model.MergedService {
 		return &model.MergedService{

@@ -89,7 +89,7 @@ func vsValidateConfig(t *testing.T) *istioconfig.Snapshot {
 	meta := func(kind string) istioconfig.Meta {
 		return istioconfig.Meta{Key: istioconfig.Key{Kind: kind, Namespace: "demo", Name: "echo"}, Generation: 1, Created: time.Unix(0, 0)}
 	}
-	return istioconfig.NewSnapshot("", []istioconfig.Object{
+	return istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{
 		&istioconfig.VirtualService{Meta: meta(validate.KindVirtualService), Spec: decode(validate.KindVirtualService, vsValidateSpec).(*networking.VirtualService)},
 		&istioconfig.DestinationRule{Meta: meta(validate.KindDestinationRule), Spec: decode(validate.KindDestinationRule, drValidateSpec).(*networking.DestinationRule)},
 	})

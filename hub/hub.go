@@ -266,7 +266,7 @@ func Run(ctx context.Context, opts Options) error {
 	// Every replica reads the mesh's Istio config; one per object writes
 	// its status.
 	config, err := hubconfig.New(hubconfig.Options{
-		Config: cfg, DomainSuffix: opts.DomainSuffix, Log: log.WithName("istioconfig"),
+		Config: cfg, DomainSuffix: opts.DomainSuffix, RootNamespace: opts.Namespace, Log: log.WithName("istioconfig"),
 		Registerer: reg, Clock: opts.Clock,
 		OnChange:    xdsServer.SetConfig,
 		WriteStatus: func(k istioconfig.Key) bool { return own.Writes(k.String()) },

@@ -5,8 +5,9 @@
 //   - Fleet: everything below, started together and stopped together.
 //   - ConfigCluster: a kube-apiserver (with its own etcd) holding the
 //     Istio-format remote secrets the hub reads, with the hub chart's
-//     networking.istio.io CRDs installed, so tests can write the mesh's
-//     VirtualServices and DestinationRules.
+//     networking.istio.io and security.istio.io CRDs installed, so tests
+//     can write the mesh's VirtualServices, DestinationRules,
+//     PeerAuthentications and AuthorizationPolicies.
 //   - RemoteCluster: a workload cluster, another kube-apiserver + etcd,
 //     with an ID, a locality, and credentials for the hub.
 //   - Hub: a meshfed-hub child process serving xDS and monitoring.

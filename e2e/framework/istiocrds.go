@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
+
+	"github.com/meshfed/meshfed/pkg/istioconfig/validate"
 )
 
 // IstioCRDFile is the hub chart's file of Istio networking CRDs
@@ -17,8 +19,16 @@ import (
 // module root: what `helm install` of the hub chart installs from crds/.
 const IstioCRDFile = "remote-charts/hub/crds/networking.istio.io.yaml"
 
-// installIstioCRDs installs IstioCRDFile into c and waits until the
-// apiserver serves every version of them. The file is read from the
+// IstioSecurityCRDFile is the hub chart's file of Istio security CRDs
+// (PeerAuthentication, AuthorizationPolicy), relative to the module root.
+const IstioSecurityCRDFile = "remote-charts/hub/crds/security.istio.io.yaml"
+
+// IstioCRDFiles are the hub chart's CRD files that every config cluster
+// gets, relative to the module root.
+var IstioCRDFiles = []string{IstioCRDFile, IstioSecurityCRDFile}
+
+// installIstioCRDs installs IstioCRDFiles into c and waits until the
+// apiserver serves every version of them. The files are read from the
 // module containing the working directory, as the hub binary is built
 // from it: tests and `make demo` run inside the module.
 func installIstioCRDs(ctx context.Context, c *Cluster) error {
@@ -26,10 +36,14 @@ func installIstioCRDs(ctx context.Context, c *Cluster) error {
 	if err != nil {
 		return err
 	}
+	paths := make([]string, len(IstioCRDFiles))
+	for i, f := range IstioCRDFiles {
+		paths[i] = filepath.Join(root, f)
+	}
 	// InstallCRDs creates the CRDs and polls discovery until each version
 	// is served (Established alone does not say the endpoints answer).
 	if _, err := envtest.InstallCRDs(c.cfg, envtest.CRDInstallOptions{
-		Paths:              []string{filepath.Join(root, IstioCRDFile)},
+		Paths:              paths,
 		ErrorIfPathMissing: true,
 	}); err != nil {
 		return fmt.Errorf("framework: installing the Istio CRDs in %s: %w", c.name, err)
@@ -65,11 +79,17 @@ func (c *ConfigCluster) ApplyIstio(ctx context.Context, doc string) error {
 	return nil
 }
 
-// DeleteIstio deletes the networking.istio.io/v1 object kind ns/name from
-// the config cluster.
+// DeleteIstio deletes the Istio object kind ns/name from the config
+// cluster, in v1 of the kind's group (security.istio.io for
+// PeerAuthentication and AuthorizationPolicy, networking.istio.io for the
+// rest).
 func (c *ConfigCluster) DeleteIstio(ctx context.Context, kind, ns, name string) error {
+	group := validate.GroupOf(kind)
+	if group == "" {
+		group = validate.Group
+	}
 	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("networking.istio.io/v1")
+	u.SetAPIVersion(group + "/v1")
 	u.SetKind(kind)
 	u.SetNamespace(ns)
 	u.SetName(name)

@@ -117,9 +117,19 @@ func (o *WorkloadOptions) defaults() error {
 	return nil
 }
 
-// podLabels returns the labels of a replica's Pod.
+// TLSModeLabel is the label Istio's injector puts on every Pod it gives a
+// proxy (sidecar or grpc-agent): clients use mutual TLS (auto mTLS) only
+// to endpoints whose Pod carries it with value "istio".
+const TLSModeLabel = "security.istio.io/tlsMode"
+
+// podLabels returns the labels of a replica's Pod: app=<Service>,
+// TLSModeLabel=istio for xDS servers with certificates (which is what
+// grpc-agent injection gives a Pod), then PodLabels.
 func (w *Workload) podLabels() map[string]string {
 	out := map[string]string{"app": w.opts.Service}
+	if w.opts.XDS != nil && w.opts.XDS.Certs != nil {
+		out[TLSModeLabel] = "istio"
+	}
 	maps.Copy(out, w.opts.PodLabels)
 	return out
 }

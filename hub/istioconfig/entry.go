@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -123,6 +124,10 @@ func evaluate(kind string, u *unstructured.Unstructured) *entry {
 		e.obj = &istioconfig.VirtualService{Meta: e.meta, Spec: m}
 	case *networking.DestinationRule:
 		e.obj = &istioconfig.DestinationRule{Meta: e.meta, Spec: m}
+	case *security.PeerAuthentication:
+		e.obj = &istioconfig.PeerAuthentication{Meta: e.meta, Spec: m}
+	case *security.AuthorizationPolicy:
+		e.obj = &istioconfig.AuthorizationPolicy{Meta: e.meta, Spec: m}
 	default:
 		e.reason = ReasonUndecodable
 		e.errs = validate.ErrorList{{Field: "kind", Detail: fmt.Sprintf("%s is not applied by the hub", kind)}}

@@ -28,7 +28,7 @@ import (
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
 
-// Version is the version of validate.Group the watcher reads: Istio's
+// Version is the version of every kind's group the watcher reads: Istio's
 // storage version; v1beta1 and v1alpha3 objects are the same objects.
 const Version = "v1"
 
@@ -38,7 +38,10 @@ type Options struct {
 	Config *rest.Config
 	// DomainSuffix resolves short hostnames; default cluster.local.
 	DomainSuffix string
-	Log          logr.Logger
+	// RootNamespace holds mesh-wide policy; default
+	// istioconfig.DefaultRootNamespace.
+	RootNamespace string
+	Log           logr.Logger
 	// Registerer receives the watcher's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Clock stamps lastTransitionTime and times the status writer's retry
@@ -89,7 +92,7 @@ type Watcher struct {
 
 // gvk is the GroupVersionKind of kind in the watched version.
 func gvk(kind string) schema.GroupVersionKind {
-	return schema.GroupVersionKind{Group: validate.Group, Version: Version, Kind: kind}
+	return schema.GroupVersionKind{Group: validate.GroupOf(kind), Version: Version, Kind: kind}
 }
 
 // New returns a Watcher of the config cluster that opts.Config names.
@@ -167,7 +170,7 @@ func (w *Watcher) watchError(ctx context.Context, r *toolscache.Reflector, err e
 		return
 	}
 	// A missing CRD is the common cause: say so; the informer retries.
-	w.log.Error(err, "watching Istio config failed; retrying (are the networking.istio.io CRDs installed?)", "reflector", r.TypeDescription())
+	w.log.Error(err, "watching Istio config failed; retrying (are the networking.istio.io and security.istio.io CRDs installed?)", "reflector", r.TypeDescription())
 }
 
 // RecheckStatus makes the watcher compare every object's status again,
@@ -329,7 +332,7 @@ func (w *Watcher) round(ctx context.Context, first bool) {
 	w.mu.Unlock()
 
 	if changed {
-		snap := istioconfig.NewSnapshot(w.opts.DomainSuffix, objs)
+		snap := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{DomainSuffix: w.opts.DomainSuffix, RootNamespace: w.opts.RootNamespace}, objs)
 		lost := map[istioconfig.Key][]istioconfig.Shadowed{}
 		for _, s := range snap.Shadowed() {
 			lost[s.Lost] = append(lost[s.Lost], s)

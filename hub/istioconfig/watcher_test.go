@@ -28,6 +28,8 @@ import (
 	"github.com/meshfed/meshfed/hub/monitoring"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
+	"github.com/meshfed/meshfed/pkg/istioconfig/validate"
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
@@ -108,7 +110,7 @@ func (f *fixture) snapshot() (*istioconfig.Snapshot, int) {
 // object builds an unstructured object of kind in namespace demo.
 func object(version, kind, name string, spec map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	u.SetAPIVersion("networking.istio.io/" + version)
+	u.SetAPIVersion(validate.GroupOf(kind) + "/" + version)
 	u.SetKind(kind)
 	u.SetNamespace(ns)
 	u.SetName(name)
@@ -142,7 +144,7 @@ func (f *fixture) create(objs ...*unstructured.Unstructured) {
 func (f *fixture) get(kind, name string) *unstructured.Unstructured {
 	f.t.Helper()
 	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("networking.istio.io/v1")
+	u.SetAPIVersion(validate.GroupOf(kind) + "/v1")
 	u.SetKind(kind)
 	if err := f.c.Get(f.t.Context(), client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
 		f.t.Fatalf("reading %s %s: %v", kind, name, err)
@@ -205,7 +207,11 @@ func TestWatcher(t *testing.T) {
 	noHost := virtualService("details", []any{"details"}, []any{map[string]any{"destination": map[string]any{}}})
 	dup := virtualService("reviews-dup", []any{"reviews"}, []any{route("reviews", nil)})
 	quiet := virtualService("quiet", []any{"quiet"}, []any{route("quiet", nil)})
-	f.create(dr, badWeight, noHost, dup, quiet)
+	// The security kinds, v1beta1 the same as v1: a valid one, and a DENY
+	// without rules, which Istio refuses.
+	strict := object("v1beta1", "PeerAuthentication", "default", map[string]any{"mtls": map[string]any{"mode": "STRICT"}})
+	denyNothing := object("v1", "AuthorizationPolicy", "deny-nothing", map[string]any{"action": "DENY"})
+	f.create(dr, badWeight, noHost, dup, quiet, strict, denyNothing)
 
 	var quietWrites atomic.Bool // whether this replica writes quiet's status
 	f.start(cfg, func(k istioconfig.Key) bool { return k.Name != "quiet" || quietWrites.Load() })
@@ -217,10 +223,9 @@ func TestWatcher(t *testing.T) {
 		for _, o := range s.Objects() {
 			keys = append(keys, istioconfig.MetaOf(o).Key.String())
 		}
-		want := "VirtualService/demo/quiet VirtualService/demo/reviews VirtualService/demo/reviews-dup"
-		if got := strings.Join(keys[min(1, len(keys)):], " "); len(keys) != 4 || got != want ||
-			keys[0] != "DestinationRule/demo/reviews" {
-			return fmt.Errorf("snapshot objects %v", keys)
+		want := "DestinationRule/demo/reviews PeerAuthentication/demo/default VirtualService/demo/quiet VirtualService/demo/reviews VirtualService/demo/reviews-dup"
+		if got := strings.Join(keys, " "); got != want {
+			return fmt.Errorf("snapshot objects %v, want %s", keys, want)
 		}
 		return nil
 	})
@@ -228,6 +233,9 @@ func TestWatcher(t *testing.T) {
 	hc := s.Host(reviews)
 	if hc.VirtualService == nil || hc.VirtualService.Name != "reviews" || hc.DestinationRule == nil {
 		t.Errorf("host %s: %+v", reviews, hc)
+	}
+	if m := s.Workload(ns, model.Labels{}).MTLS(8080, istioconfig.MTLSDisable); m != istioconfig.MTLSStrict {
+		t.Errorf("a workload of %s: mode %s, want STRICT from the v1beta1 PeerAuthentication", ns, m)
 	}
 
 	// Status: valid ones True, invalid ones False naming the field, the
@@ -238,6 +246,8 @@ func TestWatcher(t *testing.T) {
 		f.reconciled("VirtualService", "ratings", "False", "Invalid", `spec.http[0].route[0].weight: must be a number, got "ten"`),
 		f.reconciled("VirtualService", "details", "False", "Invalid", "spec.http[0].route[0].destination.host: required"),
 		f.reconciled("VirtualService", "reviews-dup", "False", "Shadowed", "host "+reviews+" is held by VirtualService/demo/reviews"),
+		f.reconciled("PeerAuthentication", "default", "True", "Accepted", ""),
+		f.reconciled("AuthorizationPolicy", "deny-nothing", "False", "Invalid", "spec.rules"),
 	} {
 		testutil.Eventually(t, timeout, poll, check)
 	}
@@ -253,15 +263,25 @@ func TestWatcher(t *testing.T) {
 	if err := promtest.GatherAndCompare(f.reg, strings.NewReader(`
 # HELP meshfed_config_rejected_total Generations of Istio config objects skipped as invalid, by kind and reason (undecodable, invalid).
 # TYPE meshfed_config_rejected_total counter
+meshfed_config_rejected_total{kind="AuthorizationPolicy",reason="invalid"} 1
+meshfed_config_rejected_total{kind="AuthorizationPolicy",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="DestinationRule",reason="invalid"} 0
 meshfed_config_rejected_total{kind="DestinationRule",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="PeerAuthentication",reason="invalid"} 0
+meshfed_config_rejected_total{kind="PeerAuthentication",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="VirtualService",reason="invalid"} 1
 meshfed_config_rejected_total{kind="VirtualService",reason="undecodable"} 1
 # HELP meshfed_config_objects Istio config objects held, by kind and state (applied, rejected, shadowed).
 # TYPE meshfed_config_objects gauge
+meshfed_config_objects{kind="AuthorizationPolicy",state="applied"} 0
+meshfed_config_objects{kind="AuthorizationPolicy",state="rejected"} 1
+meshfed_config_objects{kind="AuthorizationPolicy",state="shadowed"} 0
 meshfed_config_objects{kind="DestinationRule",state="applied"} 1
 meshfed_config_objects{kind="DestinationRule",state="rejected"} 0
 meshfed_config_objects{kind="DestinationRule",state="shadowed"} 0
+meshfed_config_objects{kind="PeerAuthentication",state="applied"} 1
+meshfed_config_objects{kind="PeerAuthentication",state="rejected"} 0
+meshfed_config_objects{kind="PeerAuthentication",state="shadowed"} 0
 meshfed_config_objects{kind="VirtualService",state="applied"} 2
 meshfed_config_objects{kind="VirtualService",state="rejected"} 2
 meshfed_config_objects{kind="VirtualService",state="shadowed"} 1
@@ -271,7 +291,7 @@ meshfed_config_objects{kind="VirtualService",state="shadowed"} 1
 
 	// /debug/configz, through the hub's monitoring server.
 	doc := f.configz()
-	if !doc.Synced || doc.Generation < 1 || len(doc.Objects) != 6 {
+	if !doc.Synced || doc.Generation < 1 || len(doc.Objects) != 8 {
 		t.Fatalf("configz: %+v", doc)
 	}
 	for name, want := range map[string]hubconfig.State{

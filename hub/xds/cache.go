@@ -3,7 +3,9 @@ package xds
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -17,6 +19,7 @@ import (
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // groupCache routes each watch to the LinearCache that holds its type, and
@@ -108,7 +111,9 @@ type write struct {
 func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *model.MergedService, cfg *istioconfig.Snapshot) []write {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	secChanged := false
 	if cfg != c.planner.Config() {
+		secChanged = istioconfig.SecurityChanged(c.planner.Config(), cfg)
 		hs = union(hs, c.planner.SetConfig(cfg, hostnames(c.services())))
 	}
 	updates := make([]xdsgen.ServiceUpdate, len(hs))
@@ -117,7 +122,15 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	}
 	p := c.planner.Plan(updates)
 	reshaped := c.reshapeLocked(updates)
-	out := make([]write, 0, len(p.Shared)+len(p.Groups))
+	if secChanged {
+		// Every sidecar's clusters follow auto mTLS, and its inbound
+		// chains its own policy.
+		reshaped.sidecars = true
+	}
+	out := make([]write, 0, len(p.Shared)+len(p.Groups)+1)
+	if in := c.refreshInboundLocked(updates, secChanged); len(in) > 0 {
+		out = append(out, write{typeURL: resourcev3.ListenerType, cache: c.shared[resourcev3.ListenerType], Changes: xdsgen.Changes{Upsert: in}})
+	}
 	for t, ch := range p.Shared {
 		out = append(out, write{typeURL: t, cache: c.shared[t], Changes: ch})
 	}
@@ -170,7 +183,7 @@ func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) reshape {
 			}
 			continue
 		}
-		sh := shapeOf(u.Service, c.planner.Config().Host(u.Hostname), c.opts)
+		sh := shapeOf(u.Service, c.planner.Config(), c.opts)
 		switch {
 		case !had || !old.sameService(sh) || old.cfg.DestinationRule != sh.cfg.DestinationRule:
 			r = reshape{routes: true, sidecars: true}
@@ -203,12 +216,14 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 		}
 	}
 	warm := map[xdsgen.ProxyGroup][]string{}
+	cfg := c.planner.Config()
 	for _, sc := range c.sidecars {
 		in := sc.inbound(services)
-		if !r.sidecars && slices.Equal(in, sc.proxy.Inbound) {
+		sec := sc.security(services, cfg)
+		if !r.sidecars && slices.Equal(in, sc.proxy.Inbound) && sec.Same(sc.proxy.Security) {
 			continue
 		}
-		for _, w := range sc.replan(services, c.planner.Config(), in, c.opts) {
+		for _, w := range sc.replan(services, cfg, in, sec, c.opts) {
 			out = append(out, w)
 			if w.typeURL == resourcev3.ClusterType {
 				warm[sc.group] = append(warm[sc.group], warmedBy(w)...)
@@ -408,20 +423,92 @@ func (c *groupCache) held() heldGroups {
 
 // addInbound puts the subscribed inbound listeners that lc lacks into lc,
 // before a watch for them is created, so the watch is answered at once.
-func (c *groupCache) addInbound(typeURL string, lc *cachev3.LinearCache, sub cachev3.Subscription) {
+// Each is built under the policy of the workload at its address in the
+// cluster of node (the server asking).
+func (c *groupCache) addInbound(typeURL string, node *corev3.Node, lc *cachev3.LinearCache, sub cachev3.Subscription) {
 	if typeURL != resourcev3.ListenerType || sub == nil {
 		return
 	}
 	names := make([]string, 0, len(sub.SubscribedResources()))
 	for n := range sub.SubscribedResources() {
-		names = append(names, n)
+		if strings.HasPrefix(n, xdsgen.InboundListenerPrefix) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if up := c.planner.Inbound(names); len(up) > 0 {
+	cluster := xdsnode.ClusterOf(node.GetMetadata())
+	if up := c.planner.Inbound(names, cluster, c.workloadLookupLocked()); len(up) > 0 {
 		// Updating only fails for a nil resource.
 		_ = lc.UpdateResources(up, nil)
 	}
+}
+
+// workloadLookupLocked returns the policy lookup of proxyless servers'
+// inbound listeners: by the registry's namespace and labels of the Pod at
+// the address (see workloadAt), under the planner's configuration. The
+// registry is indexed by address on the first call, so a refresh of many
+// listeners reads it once.
+func (c *groupCache) workloadLookupLocked() xdsgen.WorkloadLookup {
+	type podKey struct {
+		cluster model.ClusterID
+		ip      netip.Addr
+	}
+	type pod struct {
+		ns     string
+		labels model.Labels
+	}
+	var pods map[podKey]pod
+	cfg := c.planner.Config()
+	return func(cluster model.ClusterID, ip netip.Addr) istioconfig.WorkloadSecurity {
+		if pods == nil {
+			pods = map[podKey]pod{}
+			for _, ms := range c.services() {
+				for i := range ms.Endpoints {
+					e := &ms.Endpoints[i]
+					k := podKey{e.Cluster, e.Address.Unmap()}
+					if _, ok := pods[k]; !ok {
+						pods[k] = pod{ms.Service.Namespace, e.Labels}
+					}
+				}
+			}
+		}
+		p, ok := pods[podKey{cluster, ip.Unmap()}]
+		if !ok {
+			// Not known (yet): no namespace, so only mesh-wide policy.
+			return cfg.Workload("", model.Labels{})
+		}
+		return cfg.Workload(p.ns, p.labels)
+	}
+}
+
+// refreshInboundLocked returns the inbound listeners that a push changes:
+// every one whose policy changed when the security configuration did,
+// else those at the addresses of the updated services' endpoints (a Pod
+// the registry learns of, or whose labels change).
+func (c *groupCache) refreshInboundLocked(updates []xdsgen.ServiceUpdate, secChanged bool) map[string]types.Resource {
+	if c.planner.InboundCount() == 0 {
+		return nil
+	}
+	var ips map[netip.Addr]bool
+	if !secChanged {
+		ips = map[netip.Addr]bool{}
+		for _, u := range updates {
+			if u.Service == nil {
+				continue
+			}
+			for i := range u.Service.Endpoints {
+				ips[u.Service.Endpoints[i].Address.Unmap()] = true
+			}
+		}
+		if len(ips) == 0 {
+			return nil
+		}
+	}
+	return c.planner.RefreshInbound(ips, c.workloadLookupLocked())
 }
 
 func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, out chan cachev3.Response) (func(), error) {
@@ -432,7 +519,7 @@ func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 	if err != nil {
 		return nil, err
 	}
-	c.addInbound(req.GetTypeUrl(), lc, sub)
+	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
 	return lc.CreateWatch(req, sub, out)
 }
 
@@ -444,7 +531,7 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	if err != nil {
 		return nil, err
 	}
-	c.addInbound(req.GetTypeUrl(), lc, sub)
+	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
 	return lc.CreateDeltaWatch(req, resyncOnConnect(req, sub), out)
 }
 

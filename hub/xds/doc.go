@@ -25,11 +25,17 @@
 // groups held). A group that comes back is built afresh from the registry.
 //
 // Inbound (server-side) listeners, which grpc-go's xDS-enabled servers ask
-// for by the name xdsgen.InboundListenerName(IP:port), depend only on that
-// name. The groupCache builds one when a watch first names it and puts it in
-// the listener LinearCache before the watch is created; it stays there
-// (one small resource per server address ever seen). With Options.Security
-// (the hub's --xds-mtls) clusters and inbound listeners carry mTLS.
+// for by the name xdsgen.InboundListenerName(IP:port), enforce the policy
+// (PeerAuthentication, AuthorizationPolicy) of the workload at that
+// address: the Pod the registry has there in the asking server's cluster
+// (workload.go). The groupCache builds one when a watch first names it and
+// puts it in the listener LinearCache before the watch is created; it
+// stays there (one small resource per server address ever seen), and a
+// push rebuilds it when its policy changes: on any change of the security
+// config, or of the endpoints at its address. Clusters follow auto mTLS
+// (the endpoints' tlsMode labels and their PeerAuthentications); a change
+// of the security config re-plans every host. Options.Security (the hub's
+// --xds-mtls) is only the default mode of ports no policy sets.
 //
 // Envoy sidecars (a node whose user_agent_name is "envoy" and whose
 // metadata does not say GENERATOR=grpc) get Istio-shaped resources from
@@ -37,7 +43,8 @@
 // every sidecar; their listeners and clusters live in caches of their own
 // node ID (see sidecar), because they carry the inbound side of the pod
 // (the ports it serves, found by the pod IP of the node ID among the
-// endpoints of its cluster) and, without interception, its address. Load
+// endpoints of its cluster), its policy and, without interception, its
+// address. Load
 // assignments are the proxy group's, as for proxyless clients: the two
 // kinds get the same bytes for the same group, so they share the cache.
 // A sidecar's state is freed when its node's last stream closes

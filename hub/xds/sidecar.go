@@ -148,6 +148,7 @@ func newSidecar(node *corev3.Node, services []*model.MergedService, cfg *istioco
 		return s
 	}
 	s.proxy.Inbound = xdsgen.SidecarInbound(services, cluster, sc.IP)
+	s.proxy.Security = s.security(services, cfg)
 	for _, t := range sidecarTypes {
 		s.caches[t] = newWritten(t, sidecarResources(t, services, cfg, s.proxy, opts))
 	}
@@ -159,14 +160,22 @@ func (s *sidecar) inbound(services []*model.MergedService) []xdsgen.InboundPort 
 	return xdsgen.SidecarInbound(services, s.cluster, s.proxy.IP)
 }
 
+// security returns the policy of the sidecar's pod under cfg: by the
+// namespace and labels the registry has for its address, else by the
+// node's namespace.
+func (s *sidecar) security(services []*model.MergedService, cfg *istioconfig.Snapshot) istioconfig.WorkloadSecurity {
+	return workloadSecurity(services, cfg, s.cluster, s.proxy.IP, s.proxy.Namespace)
+}
+
 // replan regenerates the sidecar's resources from services under cfg,
-// with inbound as the ports its pod serves, and returns the writes that
-// bring its caches up to date.
-func (s *sidecar) replan(services []*model.MergedService, cfg *istioconfig.Snapshot, inbound []xdsgen.InboundPort, opts xdsgen.Options) []write {
+// with inbound as the ports its pod serves and sec as its policy, and
+// returns the writes that bring its caches up to date.
+func (s *sidecar) replan(services []*model.MergedService, cfg *istioconfig.Snapshot, inbound []xdsgen.InboundPort, sec istioconfig.WorkloadSecurity, opts xdsgen.Options) []write {
 	if s.err != nil {
 		return nil
 	}
 	s.proxy.Inbound = inbound
+	s.proxy.Security = sec
 	s.replans++
 	var out []write
 	for _, t := range sidecarTypes {
@@ -179,27 +188,32 @@ func (s *sidecar) replan(services []*model.MergedService, cfg *istioconfig.Snaps
 
 // shape is what a service gives Envoy sidecars apart from load
 // assignments and their pods' inbound side: its definition (hostname,
-// ports, protocols), the Istio objects of its host and, with mTLS, the
-// SPIFFE IDs its clusters accept. An endpoint change that keeps every
-// shape leaves every sidecar's outbound listeners, clusters and routes as
-// they are.
+// ports, protocols), the Istio objects of its host, which of its clusters
+// speak mTLS (auto mTLS: its endpoints' tlsMode labels and
+// PeerAuthentications) and the SPIFFE IDs those accept. An endpoint change
+// that keeps every shape leaves every sidecar's outbound listeners,
+// clusters and routes as they are.
 type shape struct {
 	svc  *model.Service
 	cfg  istioconfig.HostConfig
+	mtls []string
 	sans []string
 }
 
-func shapeOf(ms *model.MergedService, cfg istioconfig.HostConfig, opts xdsgen.Options) shape {
-	sh := shape{svc: ms.Service, cfg: cfg}
-	if opts.Security {
+func shapeOf(ms *model.MergedService, cfg *istioconfig.Snapshot, opts xdsgen.Options) shape {
+	hc := cfg.Host(ms.Service.Hostname)
+	sh := shape{svc: ms.Service, cfg: hc, mtls: xdsgen.MTLSClusters(xdsgen.ProxyEnvoy, ms, hc.DestinationRule, cfg, opts)}
+	if len(sh.mtls) > 0 {
 		sh.sans = xdsgen.ServiceSANs(ms, opts)
 	}
 	return sh
 }
 
 // sameService reports whether a and b have the same definition and
-// service accounts, whatever their Istio objects.
-func (a shape) sameService(b shape) bool { return a.svc.Equal(b.svc) && slices.Equal(a.sans, b.sans) }
+// the same mTLS clusters and SANs.
+func (a shape) sameService(b shape) bool {
+	return a.svc.Equal(b.svc) && slices.Equal(a.mtls, b.mtls) && slices.Equal(a.sans, b.sans)
+}
 
 // warmedBy returns the service names of the EDS clusters that w upserts.
 // Envoy keeps an updated EDS cluster warming, on its old version, until it

@@ -14,7 +14,7 @@ import (
 )
 
 func configOf(objs ...istioconfig.Object) *istioconfig.Snapshot {
-	return istioconfig.NewSnapshot("", objs)
+	return istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, objs)
 }
 
 func meta(kind, name string) istioconfig.Meta {

@@ -245,7 +245,7 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 // TestSidecarClusterChangeResendsAssignments: Envoy keeps an updated EDS
 // cluster warming until it is sent the cluster's load assignment again,
 // so when a sidecar's cluster changes (here its SAN check, as the
-// service's endpoints get a service account under mTLS) the plan writes,
+// service's meshed endpoints get a service account) the plan writes,
 // after that cluster, the assignment to the sidecar's group once more,
 // even though the assignment itself did not change.
 func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
@@ -253,9 +253,16 @@ func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	if _, err := c.pick(resourcev3.EndpointType, node); err != nil { // the group's assignments, as the stream asks
 		t.Fatal(err)
 	}
+	// The endpoint's Pod was injected (tlsMode=istio), so sidecars speak
+	// mTLS to it (auto mTLS) and check its SAN.
+	meshed := model.NewLabels(map[string]string{xdsgen.TLSModeLabel: xdsgen.TLSModeIstio})
+	labelled := shard("c1", "r1", "10.0.0.5")
+	labelled[echo].Endpoints[0].Labels = meshed
+	write(labelled)
 	c.plan([]model.Hostname{echo}, st.Service, nil)
 
 	withSA := shard("c1", "r1", "10.0.0.5")
+	withSA[echo].Endpoints[0].Labels = meshed
 	withSA[echo].Endpoints[0].ServiceAccount = "echo"
 	write(withSA)
 	name := xdsgen.ClusterName(echo, 8080)

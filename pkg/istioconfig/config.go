@@ -95,25 +95,38 @@ type Shadowed struct {
 // hostnames they apply to. The zero value is not usable; a nil *Snapshot
 // is an empty one.
 type Snapshot struct {
-	domainSuffix string
-	objects      map[Key]Object
-	vs           hostIndex[*VirtualService]
-	dr           hostIndex[*DestinationRule]
-	shadowed     []Shadowed
+	domainSuffix  string
+	rootNamespace string
+	objects       map[Key]Object
+	vs            hostIndex[*VirtualService]
+	dr            hostIndex[*DestinationRule]
+	security      securityIndex
+	shadowed      []Shadowed
+}
+
+// SnapshotOptions say how a Snapshot reads names.
+type SnapshotOptions struct {
+	// DomainSuffix is the cluster domain of short host names. Default
+	// cluster.local.
+	DomainSuffix string
+	// RootNamespace holds mesh-wide policy (Istio's
+	// meshConfig.rootNamespace). Default DefaultRootNamespace.
+	RootNamespace string
 }
 
 // NewSnapshot indexes objs, which must be valid (validate.Spec accepted
 // them) and of distinct keys; a later duplicate replaces an earlier one.
-// domainSuffix is the cluster domain of short names (default
-// cluster.local).
-func NewSnapshot(domainSuffix string, objs []Object) *Snapshot {
-	if domainSuffix == "" {
-		domainSuffix = model.DefaultDomainSuffix
-	}
-	s := &Snapshot{domainSuffix: domainSuffix, objects: make(map[Key]Object, len(objs))}
+func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
+	domainSuffix := cmp.Or(opts.DomainSuffix, model.DefaultDomainSuffix)
+	s := &Snapshot{domainSuffix: domainSuffix, rootNamespace: cmp.Or(opts.RootNamespace, DefaultRootNamespace),
+		objects: make(map[Key]Object, len(objs))}
 	for _, o := range objs {
 		s.objects[o.meta().Key] = o
 	}
+	for _, o := range s.objects {
+		s.security.add(o)
+	}
+	s.security.sort()
 	// Who wins a host does not depend on the order of the claims (the
 	// oldest does), so the objects need no sorting; the losers are known
 	// once every claim is in.
@@ -256,7 +269,8 @@ func ResolveHost(host, ns, domainSuffix string) model.Hostname {
 }
 
 // Kinds are the kinds a Snapshot holds.
-var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule}
+var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule,
+	validate.KindPeerAuthentication, validate.KindAuthorizationPolicy}
 
 // hostIndex maps hostnames to the object that applies: exact hosts, and
 // wildcards ("*.demo.svc.cluster.local", "*") by suffix.

@@ -55,7 +55,7 @@ func TestSnapshotHosts(t *testing.T) {
 	wild := vs("demo", "wild", 0, []string{"mesh", "gw"}, "*.demo.svc.cluster.local")
 	gwOnly := vs("away", "gw", 2*time.Hour, []string{"istio-system/ingress"}, "far.away")
 	rule := dr("demo", "echo", "echo")
-	s := istioconfig.NewSnapshot("", []istioconfig.Object{young, rule, old, wild, gwOnly})
+	s := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{young, rule, old, wild, gwOnly})
 
 	if c := s.Host(echo); c.VirtualService != old || c.DestinationRule != rule {
 		t.Errorf("echo: %+v, want the oldest VS and the DR", c)
@@ -85,14 +85,14 @@ func TestChangedHosts(t *testing.T) {
 	c := model.Hostname("c.demo.svc.cluster.local")
 	hosts := []model.Hostname{a, b, c}
 	va, vb, rb := vs("demo", "a", 0, nil, "a"), vs("demo", "b", 0, nil, "b"), dr("demo", "b", "b")
-	s1 := istioconfig.NewSnapshot("", []istioconfig.Object{va, vb})
+	s1 := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{va, vb})
 	// The same objects (pointers) in a new snapshot change nothing.
-	if got := istioconfig.ChangedHosts(s1, istioconfig.NewSnapshot("", []istioconfig.Object{vb, va}), hosts); got != nil {
+	if got := istioconfig.ChangedHosts(s1, istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{vb, va}), hosts); got != nil {
 		t.Errorf("unchanged objects changed %v", got)
 	}
 	// A new version of a, and a DR for b: a and b change, c does not.
 	va2 := vs("demo", "a", 0, nil, "a")
-	s2 := istioconfig.NewSnapshot("", []istioconfig.Object{va2, vb, rb})
+	s2 := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{va2, vb, rb})
 	if got := istioconfig.ChangedHosts(s1, s2, hosts); !slices.Equal(got, []model.Hostname{a, b}) {
 		t.Errorf("changed %v, want [a b]", got)
 	}
@@ -111,7 +111,7 @@ func TestShadowedByTheWinner(t *testing.T) {
 	c := vs("demo", "c", 2*time.Hour, nil, "echo")
 	want := []istioconfig.Shadowed{{Host: echo, Lost: a.Key, By: c.Key}, {Host: echo, Lost: b.Key, By: c.Key}}
 	for _, order := range [][]istioconfig.Object{{a, b, c}, {c, b, a}, {b, c, a}} {
-		s := istioconfig.NewSnapshot("", order)
+		s := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, order)
 		if got := s.Host(echo).VirtualService; got != c {
 			t.Errorf("host held by %v, want the oldest (c)", got.Key)
 		}

@@ -163,7 +163,7 @@ func sidecarOutbound(svc *model.Service, dr *istioconfig.DestinationRule) []*clu
 	if dr != nil {
 		objs = append(objs, dr)
 	}
-	config := istioconfig.NewSnapshot("", objs)
+	config := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, objs)
 	var out []*clusterv3.Cluster
 	for _, c := range SidecarClusters([]*model.MergedService{{Service: svc}}, config, Sidecar{}, Options{}) {
 		if strings.HasPrefix(c.GetName(), clusterNamePrefix) {
@@ -306,7 +306,7 @@ func TestSubsetClusters(t *testing.T) {
 func TestSecureSubsetClusters(t *testing.T) {
 	dr := mustDR(t, "subsets: [{name: v1, labels: {version: v1}}]")
 	ms := &model.MergedService{Service: echoService(), Endpoints: []model.Endpoint{{ServiceAccount: "echo"}}}
-	cs := ServiceClusters(ms, dr, Options{Security: true})
+	cs := ServiceClusters(ms, dr, nil, Options{Security: true})
 	if len(cs) != 4 {
 		t.Fatalf("ServiceClusters = %v", drClusterNames(cs))
 	}

@@ -94,28 +94,43 @@
 //
 // # Security (mTLS)
 //
-// Security is optional per generation (Options.Security, off by default,
+// Clients use Istio's auto mTLS: they send mutual TLS to an endpoint
+// exactly when its Pod carries the injector's label
+// security.istio.io/tlsMode=istio (TLSModeLabel) and the PeerAuthentication
+// mode of its workload and target port is not DISABLE, where none sets a
+// mode Options.DefaultMTLS: STRICT with Options.Security (off by default,
 // because grpc-go rejects a cluster that names a certificate provider its
-// bootstrap lacks). With it, ServiceClusters adds to each cluster a
-// transport socket envoy.transport_sockets.tls with an UpstreamTlsContext:
-// identity from tls_certificate_provider_instance {"default", "default"},
-// roots from ca_certificate_provider_instance {"default"}, and SAN matchers
-// for the SPIFFE IDs spiffe://<trust domain>/ns/<ns>/sa/<sa> of the service
+// bootstrap lacks), else DISABLE. grpc-go has no transport_socket_matches
+// (it rejects a cluster that has them), so ServiceClusters decides per
+// cluster (MTLSClusters): mutual TLS when none of the cluster's endpoints
+// refuses it, an endpoint without Pod labels counting as taking it with
+// Security. A secure cluster carries a transport socket
+// envoy.transport_sockets.tls with an UpstreamTlsContext: identity from
+// tls_certificate_provider_instance {"default", "default"}, roots from
+// ca_certificate_provider_instance {"default"}, and SAN matchers for the
+// SPIFFE IDs spiffe://<trust domain>/ns/<ns>/sa/<sa> of the service
 // accounts of the service's endpoints (ServiceSANs). grpc-go v1.85 reads
 // SAN matchers only from the deprecated match_subject_alt_names; Envoy
 // prefers match_typed_subject_alt_names; both carry the same URIs. When no
 // endpoint has a known service account there is no SAN matcher, and any
-// certificate chaining to the roots is accepted. Secure clusters depend on
-// the endpoints, so Cache does not memoize them.
+// certificate chaining to the roots is accepted. ServiceClusters depend on
+// the endpoints and on the PeerAuthentications, so Cache does not memoize
+// them, and a PeerAuthentication change must re-plan them.
 //
 // Servers built with grpc-go's xds.NewGRPCServer ask for the listener
 // InboundListenerName(IP:port) (Istio's template
 // "xds.istio.io/grpc/lds/inbound/%s"). InboundListener builds it from the
-// address alone: one filter chain whose HttpConnectionManager has an inline
-// route configuration (virtual host "*", prefix "/", non_forwarding_action)
-// and the router filter, plus, with Security, a DownstreamTlsContext that
-// requires client certificates (no SAN matchers: grpc-go rejects them on
-// the server side).
+// address and the workload's istioconfig.WorkloadSecurity: one filter chain
+// whose HttpConnectionManager has an inline route configuration (virtual
+// host "*", prefix "/", non_forwarding_action) and the authorization
+// filters (AuthzHTTPFilters) before the router filter. The inbound mode of
+// a port is that of the workload's PeerAuthentications
+// (WorkloadSecurity.MTLS), and Options.DefaultMTLS (STRICT with Security,
+// else DISABLE) where none sets one. STRICT and PERMISSIVE add a
+// DownstreamTlsContext that requires client certificates (no SAN matchers:
+// grpc-go rejects them on the server side); DISABLE is plaintext.
+// PERMISSIVE cannot be both for grpc-go, whose filter chain match has no
+// TLS inspector (gRFC A36), so it requires mTLS, which mesh clients speak.
 //
 // # Envoy sidecars
 //
@@ -155,16 +170,34 @@
 // are told apart by authority, a TCP port goes to its first service in
 // hostname order, and HTTP wins a port that both use.
 //
-// With Options.Security (the hub's --xds-mtls), the outbound clusters speak
-// Istio mutual TLS: certificate and roots from pilot-agent's SDS secrets
-// "default" and "ROOTCA", fetched over gRPC from the static cluster
-// "sds-grpc" of pilot-agent's bootstrap (set_node_on_first_message_only,
-// initial_fetch_timeout 0, exactly as istiod references them), SAN check
-// against ServiceSANs, SNI outbound_.<port>_._.<fqdn>, ALPN "istio" (and
-// "h2" for HTTP2 and GRPC ports). Every inbound chain then requires a
-// client certificate of the mesh and matches TLS only, so a plaintext
-// connection is refused; HTTP chains set x-forwarded-client-cert to the
-// client's SPIFFE ID. Without Security everything is plaintext.
+// Outbound clusters use auto mTLS in istiod's shape. A cluster one of
+// whose endpoints takes mutual TLS (as for proxyless clients; the hub's
+// --xds-mtls is Options.Security) has two transport_socket_matches:
+// "tlsMode-istio" for the endpoints whose metadata says {tlsMode: "istio"}
+// (LoadAssignments sets it from the Pod label alone, so that assignments
+// stay free of configuration), speaking Istio mutual TLS with certificate
+// and roots from pilot-agent's SDS secrets "default" and "ROOTCA", fetched
+// over gRPC from the static cluster "sds-grpc" of pilot-agent's bootstrap
+// (set_node_on_first_message_only, initial_fetch_timeout 0, exactly as
+// istiod references them), SAN check against ServiceSANs, SNI
+// outbound_.<port>_._.<fqdn>, ALPN "istio" (and "h2" for HTTP2 and GRPC
+// ports); then "tlsMode-disabled", plaintext (raw_buffer), for the other
+// endpoints. A cluster none of whose endpoints takes mutual TLS is
+// plaintext. Since the metadata cannot say DISABLE, an injected endpoint
+// whose mode is DISABLE gets mutual TLS when another endpoint of its
+// cluster takes it. Inbound, the pod's PeerAuthentications
+// (Sidecar.Security) decide the mode of each workload port, and
+// Options.DefaultMTLS (STRICT with Security, else DISABLE) that of a port
+// none sets. A STRICT port has one chain that requires a client
+// certificate of the mesh and matches transport "tls", so a plaintext
+// connection is refused; a DISABLE port one plaintext chain; a PERMISSIVE
+// port both, the plaintext one ("<chain>-plaintext") matching
+// "raw_buffer", told apart by the TLS inspector, which a listener has
+// when one of its chains matches on transport. HTTP chains set
+// x-forwarded-client-cert to the client's SPIFFE ID (and drop the
+// client's own over plaintext) and run the authorization filters
+// (AuthzHTTPFilters) before the router; TCP chains run AuthzNetworkFilters
+// before the TCP proxy.
 //
 // The sidecar routes and clusters reuse the proxyless names, but not their
 // content (HTTP/2 options, TLS, circuit breakers), so the hub keeps them

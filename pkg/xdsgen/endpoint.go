@@ -9,11 +9,42 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
+
+// Auto mutual TLS: the Pod label by which Istio's injector marks a
+// workload whose proxy (sidecar or agent) terminates Istio mutual TLS, and
+// the endpoint metadata that tells Envoy so.
+const (
+	// TLSModeLabel is the Pod label "security.istio.io/tlsMode"; the
+	// injector sets it to TLSModeIstio.
+	TLSModeLabel = "security.istio.io/tlsMode"
+	// TLSModeIstio is TLSModeLabel's value on a workload that can take
+	// Istio mutual TLS.
+	TLSModeIstio = "istio"
+	// TransportSocketMatchKey is the filter_metadata namespace that
+	// Envoy's transport_socket_matches of a cluster compare with.
+	TransportSocketMatchKey = "envoy.transport_socket_match"
+	// tlsModeKey is the field of TransportSocketMatchKey meshfed (as
+	// istiod) writes and matches on.
+	tlsModeKey = "tlsMode"
+)
+
+// injected reports whether e's Pod says it can take Istio mutual TLS.
+func injected(e *model.Endpoint) bool {
+	v, ok := e.Labels.Get(TLSModeLabel)
+	return ok && v == TLSModeIstio
+}
+
+// tlsModeIstioStruct is {tlsMode: "istio"}: the metadata of an injected
+// endpoint and the match of the clusters' mutual-TLS transport socket.
+func tlsModeIstioStruct() *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{tlsModeKey: structpb.NewStringValue(TLSModeIstio)}}
+}
 
 // Proximity classes of an endpoint relative to a proxy group, best first.
 // Non-empty classes become the priorities 0, 1, ... of a load assignment.
@@ -60,9 +91,19 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 //     (grpc-go drops localities of weight 0);
 //   - each endpoint HEALTHY with weight 1, at "<address>:<target port>"
 //     (IPv4-mapped IPv6 addresses are unmapped, IPv6 zones dropped);
+//   - an endpoint whose Pod carries TLSModeLabel=TLSModeIstio has the
+//     metadata filter_metadata[TransportSocketMatchKey] = {tlsMode:
+//     "istio"}, which an Envoy cluster's transport_socket_matches select
+//     mutual TLS by (see SidecarClusters); other endpoints have no
+//     metadata. grpc-go keeps filter_metadata it does not know unread (it
+//     reads only "envoy.lb"), so proxyless clients take the same
+//     assignments. The metadata depends on the labels alone, never on
+//     PeerAuthentications, so that assignments stay free of security
+//     configuration;
 //   - each address:port at most once, since grpc-go NACKs an assignment with
 //     duplicates: when several endpoints share one, the one in the best
-//     priority is kept (among equals, the first locality in sorted order);
+//     priority is kept (among equals, the first locality in sorted order,
+//     then an injected one);
 //   - localities sorted by priority, region, zone, subzone, endpoints by
 //     address and port, so equal inputs give proto.Equal outputs.
 //
@@ -107,6 +148,8 @@ type candidate struct {
 	// equal keys is one LocalityLbEndpoints.
 	key uint64
 	hostPort
+	// injected: the endpoint's Pod carries TLSModeLabel=TLSModeIstio.
+	injected bool
 }
 
 // hostPort is an IP address (IPv4 as IPv4-mapped IPv6, big-endian halves) and
@@ -131,8 +174,23 @@ func (h hostPort) addrPort() netip.AddrPort {
 
 func (c candidate) class() int { return int(c.key >> 32) }
 
+// compareCandidates orders candidates into output order; of two that
+// differ only in injected, the injected one comes first (and so wins a
+// duplicate address), so that the output never depends on the input order.
 func compareCandidates(a, b candidate) int {
-	return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.hi, b.hi), cmp.Compare(a.lo, b.lo), cmp.Compare(a.port, b.port))
+	return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.hi, b.hi), cmp.Compare(a.lo, b.lo), cmp.Compare(a.port, b.port),
+		compareBool(b.injected, a.injected))
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case b:
+		return -1
+	}
+	return 1
 }
 
 func compareLocality(a, b model.Locality) int {
@@ -175,6 +233,10 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 	b.localities = b.localities[:0]
 	var lastLocality model.Locality
 	lastID := uint32(0)
+	// Endpoints of one Deployment share one interned label set: look the
+	// label up once per run of equal sets.
+	var lastLabels model.Labels
+	lastInjected := false
 	for i := range ms.Endpoints {
 		ep := &ms.Endpoints[i]
 		if !ep.Ready || !ep.Address.IsValid() || member != nil && !member[i] {
@@ -195,9 +257,13 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 			}
 			lastLocality, lastID = ep.Locality, id
 		}
+		if ep.Labels != lastLabels {
+			lastLabels, lastInjected = ep.Labels, injected(ep)
+		}
 		cands = append(cands, candidate{
 			key:      uint64(prox.class(ep))<<32 | uint64(lastID),
 			hostPort: newHostPort(ep.Address, uint16(tp)),
+			injected: lastInjected,
 		})
 	}
 	b.cands = cands
@@ -219,8 +285,9 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 	slices.SortFunc(cands, compareCandidates)
 
 	// Drop repeated addresses, keeping the first (best) occurrence, and count
-	// the localities that remain. Repeats with the same key are identical in
-	// the output, so which one is kept does not matter.
+	// the localities that remain. Repeats with the same key and injected
+	// bit are identical in the output, so which one is kept does not
+	// matter.
 	if b.seen == nil {
 		b.seen = make(map[hostPort]struct{}, len(cands))
 	}
@@ -242,10 +309,19 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 	// classes present 0, 1, ... The protos are carved out of slabs, which
 	// turns about ten allocations per endpoint into a handful per assignment;
 	// every element is used in place and belongs to this assignment only.
+	// The injected endpoints share one metadata message: read-only, like
+	// the rest of the assignment.
+	var tlsMetadata *corev3.Metadata
 	eps := make([]endpointBlock, len(kept))
 	lbs := make([]*endpointv3.LbEndpoint, len(kept))
 	for i, c := range kept {
 		lbs[i] = eps[i].init(c.addrPort())
+		if c.injected {
+			if tlsMetadata == nil {
+				tlsMetadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{TransportSocketMatchKey: tlsModeIstioStruct()}}
+			}
+			lbs[i].Metadata = tlsMetadata
+		}
 	}
 	locs := make([]localityBlock, groups)
 	cla.Endpoints = make([]*endpointv3.LocalityLbEndpoints, groups)

@@ -9,7 +9,8 @@ import (
 // ConfigNotes returns what the generators leave out of o for each proxy
 // kind, whatever service it applies to: for a VirtualService the notes of
 // its rules on every port its matches name and on one port they do not,
-// for a DestinationRule ClusterNotes. It lets the hub say, once per
+// for a DestinationRule ClusterNotes, for an AuthorizationPolicy
+// AuthzNotes. It lets the hub say, once per
 // object, what it does not apply. It is pure.
 func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 	var out []RouteNote
@@ -33,6 +34,11 @@ func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 			}
 		case *istioconfig.DestinationRule:
 			add(ClusterNotes(kind, o))
+		case *istioconfig.AuthorizationPolicy:
+			if kind == ProxyGRPC {
+				// AuthzNotes covers every proxy kind at once.
+				add(AuthzNotes(o))
+			}
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package xdsgen
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -67,6 +68,9 @@ type Planner struct {
 	// type URL, groups by proxy group (only groups added and not forgotten).
 	shared map[string]map[string]types.Resource
 	groups map[ProxyGroup]map[string]types.Resource
+
+	// inbound holds what each written inbound listener was built for.
+	inbound map[string]inboundRef
 }
 
 // hostNames are the names of a hostname's shared resources, each sorted.
@@ -95,11 +99,12 @@ func hostNamesOf(res ServiceResources) hostNames {
 // NewPlanner returns a Planner that has written nothing and tracks no group.
 func NewPlanner(opts Options) *Planner {
 	p := &Planner{
-		opts:   opts,
-		gen:    NewCache(),
-		names:  map[model.Hostname]hostNames{},
-		shared: map[string]map[string]types.Resource{},
-		groups: map[ProxyGroup]map[string]types.Resource{},
+		opts:    opts,
+		gen:     NewCache(),
+		names:   map[model.Hostname]hostNames{},
+		shared:  map[string]map[string]types.Resource{},
+		groups:  map[ProxyGroup]map[string]types.Resource{},
+		inbound: map[string]inboundRef{},
 	}
 	for _, t := range SharedTypes {
 		p.shared[t] = map[string]types.Resource{}
@@ -121,9 +126,9 @@ func (u pending) del(name string) { u[name] = nil }
 // updates (and still those of every other hostname planned before), and
 // records it as written. Listeners, routes and clusters are rebuilt only
 // for a changed model.Service or other Istio objects of its host (see
-// SetConfig), and with Options.Security clusters also for changed service
-// accounts; a group's load assignments only for a new MergedService or
-// DestinationRule (see Cache). A hostname that left the registry, or a port
+// SetConfig), and clusters also for changed endpoint labels, target
+// ports or service accounts (ServiceClusters); a group's load assignments
+// only for a new MergedService or DestinationRule (see Cache). A hostname that left the registry, or a port
 // or subset that left a service, has its resources deleted from every
 // cache, including every group's.
 func (p *Planner) Plan(updates []ServiceUpdate) Plan {
@@ -195,9 +200,18 @@ func (b draft) withdraw(old, kept hostNames) {
 // SetConfig makes s the Istio configuration of the next Plans (nil: none).
 // It returns, of hosts (the registry's hostnames), those whose
 // configuration changed, which the caller must plan for the change to
-// reach the caches.
+// reach the caches: all of them when the security objects changed
+// (istioconfig.SecurityChanged), which every host's clusters follow. The
+// inbound listeners that a security change touches are RefreshInbound's.
 func (p *Planner) SetConfig(s *istioconfig.Snapshot, hosts []model.Hostname) []model.Hostname {
-	changed := istioconfig.ChangedHosts(p.config, s, hosts)
+	var changed []model.Hostname
+	if istioconfig.SecurityChanged(p.config, s) {
+		// Every host's clusters follow its endpoints' PeerAuthentications
+		// (auto mTLS, ServiceClusters).
+		changed = slices.Clone(hosts)
+	} else {
+		changed = istioconfig.ChangedHosts(p.config, s, hosts)
+	}
 	p.config = s
 	return changed
 }
@@ -230,12 +244,12 @@ func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService
 		b.withdraw(old, names)
 		p.names[h] = names
 	}
-	if p.opts.Security {
-		// Secure clusters also depend on the endpoints' service accounts;
-		// the diff drops them when they did not change.
-		for _, r := range ServiceClusters(ms, cfg.DestinationRule, p.opts) {
-			b.shared[resourcev3.ClusterType].put(r.GetName(), r)
-		}
+	// Clusters also depend on the endpoints (labels, service accounts) and
+	// on PeerAuthentications, which can ask for mutual TLS even without
+	// Security (ServiceClusters); the diff drops them when they did not
+	// change.
+	for _, r := range ServiceClusters(ms, cfg.DestinationRule, p.config, p.opts) {
+		b.shared[resourcev3.ClusterType].put(r.GetName(), r)
 	}
 	for g, u := range b.eds {
 		if clas, rebuilt := p.gen.LoadAssignments(ms, g, cfg.DestinationRule); rebuilt {
@@ -333,12 +347,27 @@ func (p *Planner) Groups() []ProxyGroup {
 // load assignments for; it falls to zero once every group is forgotten.
 func (p *Planner) MemoizedGroups() int { return p.gen.groups() }
 
+// WorkloadLookup returns the security policy of the workload at ip in
+// cluster: what a proxyless server's inbound listener enforces.
+type WorkloadLookup func(cluster model.ClusterID, ip netip.Addr) istioconfig.WorkloadSecurity
+
+// inboundRef is what an inbound listener was built for: the cluster of the
+// server that first asked for it (a Pod IP means one Pod per cluster; two
+// clusters may reuse an address, and the listener name cannot tell them
+// apart) and the workload policy it enforces.
+type inboundRef struct {
+	addr    netip.AddrPort
+	cluster model.ClusterID
+	sec     istioconfig.WorkloadSecurity
+}
+
 // Inbound returns the inbound (server-side) listeners among names that are
-// not written yet, built by InboundListener, and records them as written
-// into the listener cache. Other names, and inbound names that do not parse,
-// are skipped. Inbound listeners depend only on their name, so once written
-// they stay; Plan never deletes them.
-func (p *Planner) Inbound(names []string) map[string]types.Resource {
+// not written yet, built by InboundListener under the policy lookup gives
+// for the address in cluster (the asking server's), and records them as
+// written into the listener cache. Other names, and inbound names that do
+// not parse, are skipped. Plan never deletes them; RefreshInbound rebuilds
+// those whose policy changed.
+func (p *Planner) Inbound(names []string, cluster model.ClusterID, lookup WorkloadLookup) map[string]types.Resource {
 	var out map[string]types.Resource
 	written := p.shared[resourcev3.ListenerType]
 	for _, n := range names {
@@ -355,9 +384,41 @@ func (p *Planner) Inbound(names []string) map[string]types.Resource {
 		if out == nil {
 			out = map[string]types.Resource{}
 		}
-		r := InboundListener(addr, p.opts)
+		ref := inboundRef{addr: addr, cluster: cluster, sec: lookup(cluster, addr.Addr())}
+		r := InboundListener(addr, ref.sec, p.opts)
 		out[n] = r
 		written[n] = r
+		p.inbound[n] = ref
+	}
+	return out
+}
+
+// InboundCount returns how many inbound listeners the planner has written.
+func (p *Planner) InboundCount() int { return len(p.inbound) }
+
+// RefreshInbound rebuilds the inbound listeners whose workload policy, as
+// lookup gives it now, is no longer the one they were built with: of all
+// of them when ips is nil (the security configuration changed), else of
+// those at an address in ips (the registry changed what it knows of the
+// Pods there). It returns the listeners to upsert, recorded as written.
+func (p *Planner) RefreshInbound(ips map[netip.Addr]bool, lookup WorkloadLookup) map[string]types.Resource {
+	var out map[string]types.Resource
+	for n, ref := range p.inbound {
+		if ips != nil && !ips[ref.addr.Addr()] {
+			continue
+		}
+		sec := lookup(ref.cluster, ref.addr.Addr())
+		if sec.Same(ref.sec) {
+			continue
+		}
+		ref.sec = sec
+		p.inbound[n] = ref
+		r := InboundListener(ref.addr, sec, p.opts)
+		if out == nil {
+			out = map[string]types.Resource{}
+		}
+		out[n] = r
+		p.shared[resourcev3.ListenerType][n] = r
 	}
 	return out
 }

@@ -139,7 +139,7 @@ func (m *configMesh) snapshot(replace ...istioconfig.Object) *istioconfig.Snapsh
 		objs = append(objs, m.vs[i], m.dr[i])
 	}
 	// NewSnapshot keeps the last object of a key.
-	return istioconfig.NewSnapshot("", append(objs, replace...))
+	return istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, append(objs, replace...))
 }
 
 // updates are the registry views of hosts, for Plan.

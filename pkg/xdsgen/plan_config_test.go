@@ -33,7 +33,7 @@ func TestPlanConfig(t *testing.T) {
 	p.Plan([]ServiceUpdate{upd(echoHost, fleet(true)), upd(otherHost, other())})
 	hosts := []model.Hostname{echoHost, otherHost}
 
-	withDR := istioconfig.NewSnapshot("", []istioconfig.Object{subsetRule("echo", "v1", "v2")})
+	withDR := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{subsetRule("echo", "v1", "v2")})
 	if got := p.SetConfig(withDR, hosts); !slices.Equal(got, []model.Hostname{echoHost}) {
 		t.Fatalf("SetConfig changed %v, want only echo", got)
 	}
@@ -63,7 +63,7 @@ func TestPlanConfig(t *testing.T) {
 
 	// The same rule in a new snapshot changes nothing; its removal deletes
 	// the subsets' clusters and assignments, and only them.
-	if got := p.SetConfig(istioconfig.NewSnapshot("", withDR.Objects()), hosts); got != nil {
+	if got := p.SetConfig(istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, withDR.Objects()), hosts); got != nil {
 		t.Errorf("an unchanged rule changed %v", got)
 	}
 	if got := p.SetConfig(nil, hosts); !slices.Equal(got, []model.Hostname{echoHost}) {

@@ -2,15 +2,19 @@ package xdsgen
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	securityv1beta1 "istio.io/api/security/v1beta1"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -348,21 +352,57 @@ func TestPlannerGroups(t *testing.T) {
 	}
 }
 
-// TestPlannerInbound: an inbound listener is built once, from its name, and
-// plans never delete it.
+// TestPlannerInbound: an inbound listener is built once, under the policy
+// of the workload at its address in the asking server's cluster; plans
+// never delete it, and RefreshInbound rebuilds it when that policy changes
+// (for its address, or for all on a nil address set).
 func TestPlannerInbound(t *testing.T) {
-	p := NewPlanner(Options{Security: true})
+	p := NewPlanner(Options{})
 	in := InboundListenerPrefix + "10.1.0.1:9000"
-	got := p.Inbound([]string{in, ListenerName(echoHost, 8080), InboundListenerPrefix + "bogus"})
+	strict := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{&istioconfig.PeerAuthentication{
+		Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: "PeerAuthentication", Namespace: "demo", Name: "default"}},
+		Spec: &securityv1beta1.PeerAuthentication{Mtls: &securityv1beta1.PeerAuthentication_MutualTLS{Mode: securityv1beta1.PeerAuthentication_MutualTLS_STRICT}},
+	}})
+	policy := (*istioconfig.Snapshot)(nil)
+	var asked []string
+	lookup := func(c model.ClusterID, ip netip.Addr) istioconfig.WorkloadSecurity {
+		asked = append(asked, string(c)+"/"+ip.String())
+		return policy.Workload("demo", model.Labels{})
+	}
+	got := p.Inbound([]string{in, ListenerName(echoHost, 8080), InboundListenerPrefix + "bogus"}, "c1", lookup)
 	if len(got) != 1 || got[in] == nil {
 		t.Fatalf("Inbound = %v, want only %s", got, in)
 	}
-	if again := p.Inbound([]string{in}); len(again) != 0 {
+	if !slices.Equal(asked, []string{"c1/10.1.0.1"}) {
+		t.Errorf("policy looked up for %v, want the server's cluster and address", asked)
+	}
+	tls := func(r types.Resource) bool {
+		return r.(*listenerv3.Listener).GetFilterChains()[0].GetTransportSocket() != nil
+	}
+	if tls(got[in]) {
+		t.Error("no policy, no Security: the listener requires TLS")
+	}
+	if again := p.Inbound([]string{in}, "c2", lookup); len(again) != 0 {
 		t.Errorf("inbound listener built twice")
 	}
 	p.Plan([]ServiceUpdate{upd(echoHost, fleet(true))})
 	if got := names(p.Plan([]ServiceUpdate{upd(echoHost, nil)})); slices.Contains(got["lds-"], in) {
 		t.Errorf("plan deleted the inbound listener: %v", got)
+	}
+
+	policy = strict
+	if up := p.RefreshInbound(map[netip.Addr]bool{netip.MustParseAddr("10.9.9.9"): true}, lookup); len(up) != 0 {
+		t.Errorf("a refresh of another address rebuilt %v", up)
+	}
+	up := p.RefreshInbound(nil, lookup)
+	if len(up) != 1 || !tls(up[in]) {
+		t.Fatalf("refresh under STRICT = %v, want %s requiring TLS", up, in)
+	}
+	if again := p.RefreshInbound(nil, lookup); len(again) != 0 {
+		t.Errorf("a refresh with the same policy rebuilt %v", again)
+	}
+	if p.InboundCount() != 1 {
+		t.Errorf("InboundCount = %d", p.InboundCount())
 	}
 }
 

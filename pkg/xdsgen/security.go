@@ -47,9 +47,24 @@ type Options struct {
 	// certificate provider instance CertProviderInstance and SAN matching of
 	// the endpoints' SPIFFE IDs). Clients then need "certificate_providers" in
 	// their bootstrap: grpc-go rejects a cluster naming an unknown instance.
+	//
+	// On the inbound side it is only the mesh-wide default (DefaultMTLS):
+	// the PeerAuthentications of a workload decide the mode of its ports,
+	// and Security that of the ports none of them sets.
 	Security bool
 	// TrustDomain of the SPIFFE IDs; empty means DefaultTrustDomain.
 	TrustDomain pki.TrustDomain
+}
+
+// DefaultMTLS returns the inbound mutual-TLS mode of a server port that no
+// PeerAuthentication sets (none applies, or each leaves the mode UNSET):
+// MTLSStrict with Security, else MTLSDisable. It is what
+// istioconfig.WorkloadSecurity.MTLS falls back to.
+func (o Options) DefaultMTLS() istioconfig.MTLSMode {
+	if o.Security {
+		return istioconfig.MTLSStrict
+	}
+	return istioconfig.MTLSDisable
 }
 
 func (o Options) trustDomain() pki.TrustDomain {
@@ -86,26 +101,185 @@ func ServiceSANs(ms *model.MergedService, opts Options) []string {
 	return slices.Compact(out)
 }
 
-// ServiceClusters returns the clusters of ms's service under DestinationRule
-// dr (nil: none) and opts: without Security exactly Clusters(ms.Service,
-// dr); with it, each cluster, subset clusters alike, also carries a TLS
-// transport socket that presents the client's certificate and accepts only
-// servers whose certificate has one of ServiceSANs(ms, opts) (dr's tls is
-// not read yet). Unlike Clusters, the result depends on the endpoints
-// (their service accounts). It is pure; a nil ms yields nil.
-func ServiceClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, opts Options) []*clusterv3.Cluster {
+// ServiceClusters returns the clusters of ms's service for proxyless
+// clients under DestinationRule dr (nil: none), the PeerAuthentications of
+// cfg (nil: none) and opts: those of Clusters(ms.Service, dr), where each
+// cluster that MTLSClusters(ProxyGRPC, ms, dr, cfg, opts) names (subset
+// clusters alike) also carries a TLS transport socket that presents the
+// client's certificate and accepts only servers whose certificate has one
+// of ServiceSANs(ms, opts) (dr's tls is not read yet). grpc-go has no
+// transport_socket_matches (it NACKs a cluster that has them), so a
+// cluster is secure or plaintext as a whole. With no Pod labels and no
+// PeerAuthentication in sight this is Clusters with TLS on every cluster
+// with Security, and exactly Clusters without.
+//
+// Unlike Clusters, the result depends on the endpoints (their labels,
+// target ports and service accounts) and on cfg's PeerAuthentications: a
+// change of either must re-plan it. It is pure; a nil ms yields nil.
+func ServiceClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, cfg *istioconfig.Snapshot, opts Options) []*clusterv3.Cluster {
 	if ms == nil {
 		return nil
 	}
 	out := Clusters(ms.Service, dr)
-	if !opts.Security {
+	secure := mtlsClusterSet(ProxyGRPC, ms, dr, cfg, opts)
+	if len(secure) == 0 {
 		return out
 	}
 	ts := upstreamTLS(ServiceSANs(ms, opts))
 	for _, c := range out {
-		c.TransportSocket = ts
+		if secure[c.GetName()] {
+			c.TransportSocket = ts
+		}
 	}
 	return out
+}
+
+// MTLSClusters returns, sorted, the names of the clusters of ms's service
+// (each port's default cluster and one per subset of dr) to which proxies
+// of kind k send Istio mutual TLS: Istio's auto mTLS, decided from each
+// cluster's endpoints, those that serve its port and that its subset
+// selects, ready or not (so that readiness flaps do not change clusters).
+//
+// An endpoint can take mutual TLS when its Pod carries
+// TLSModeLabel=TLSModeIstio and its mode, cfg.Workload(namespace,
+// labels).MTLS(target port, opts.DefaultMTLS()), is not DISABLE. Then:
+//
+//   - ProxyEnvoy: a cluster is secure when at least one of its endpoints
+//     can take mutual TLS. Envoy picks per endpoint by the metadata that
+//     LoadAssignments gives injected endpoints: those get mutual TLS, the
+//     others plaintext. The metadata cannot say DISABLE (assignments do not
+//     depend on configuration), so an injected endpoint whose mode is
+//     DISABLE gets mutual TLS when another endpoint of its cluster can
+//     take it, and plaintext when none can.
+//   - ProxyGRPC: a cluster is secure when none of its endpoints refuses
+//     mutual TLS: each endpoint with labels can take it, and each one
+//     without (no Pod known, as in tests or for a registry entry without
+//     Pod) has Security and a mode other than DISABLE (the namespace's and
+//     the mesh's PeerAuthentications apply to it). A cluster without
+//     endpoints is secure with Security.
+//
+// None (nil) for a nil ms (or ms.Service). It is pure.
+func MTLSClusters(k ProxyKind, ms *model.MergedService, dr *istioconfig.DestinationRule, cfg *istioconfig.Snapshot, opts Options) []string {
+	var out []string
+	for name := range mtlsClusterSet(k, ms, dr, cfg, opts) {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// mtlsClusterSet is MTLSClusters as a set; nil when there are none.
+func mtlsClusterSet(k ProxyKind, ms *model.MergedService, dr *istioconfig.DestinationRule, cfg *istioconfig.Snapshot, opts Options) map[string]bool {
+	if ms == nil || ms.Service == nil {
+		return nil
+	}
+	ports := servicePorts(ms.Service)
+	if len(ports) == 0 {
+		return nil
+	}
+	subsets := append([]string{""}, subsetNames(dr)...)
+	members := make([][]bool, len(subsets))
+	for i, s := range subsets[1:] {
+		members[i+1] = subsetMembers(ms.Endpoints, findSubset(dr, s).GetLabels())
+	}
+	j := peerJudge{ns: ms.Service.Namespace, cfg: cfg, opts: opts}
+	var out map[string]bool
+	for _, sp := range ports {
+		for i, s := range subsets {
+			if j.secure(k, ms.Endpoints, sp, members[i]) {
+				if out == nil {
+					out = map[string]bool{}
+				}
+				out[SubsetClusterName(ms.Service.Hostname, sp.Port, s)] = true
+			}
+		}
+	}
+	return out
+}
+
+// peerTLS is whether one endpoint, as a server, takes Istio mutual TLS.
+type peerTLS int
+
+const (
+	peerRefuses peerTLS = iota // plaintext only
+	peerTakes                  // injected, mode not DISABLE
+	peerUnknown                // no labels, mode not DISABLE, with Security
+)
+
+// peerJudge decides what the endpoints of one service take, memoizing the
+// policy per distinct label set (endpoints of one Deployment share one).
+type peerJudge struct {
+	ns   string
+	cfg  *istioconfig.Snapshot
+	opts Options
+	memo map[model.Labels]istioconfig.WorkloadSecurity
+	// The last label set looked up, and its policy: endpoints of one
+	// Deployment tend to come together.
+	last       model.Labels
+	lastPolicy istioconfig.WorkloadSecurity
+	looked     bool
+}
+
+// workload returns the security policy of a Pod of j's namespace with
+// labels.
+func (j *peerJudge) workload(labels model.Labels) istioconfig.WorkloadSecurity {
+	if j.looked && labels == j.last {
+		return j.lastPolicy
+	}
+	w, ok := j.memo[labels]
+	if !ok {
+		if j.memo == nil {
+			j.memo = map[model.Labels]istioconfig.WorkloadSecurity{}
+		}
+		w = j.cfg.Workload(j.ns, labels)
+		j.memo[labels] = w
+	}
+	j.last, j.lastPolicy, j.looked = labels, w, true
+	return w
+}
+
+// peer says what e takes on its target port tp.
+func (j *peerJudge) peer(e *model.Endpoint, tp uint32) peerTLS {
+	if j.workload(e.Labels).MTLS(tp, j.opts.DefaultMTLS()) == istioconfig.MTLSDisable {
+		return peerRefuses
+	}
+	switch {
+	case injected(e):
+		return peerTakes
+	case e.Labels.IsZero() && j.opts.Security:
+		return peerUnknown
+	}
+	return peerRefuses
+}
+
+// secure reports whether the cluster of port sp over the endpoints of eps
+// that member selects (nil: all) is secure for proxies of kind k.
+func (j *peerJudge) secure(k ProxyKind, eps []model.Endpoint, sp model.ServicePort, member []bool) bool {
+	n := 0
+	for i := range eps {
+		e := &eps[i]
+		if member != nil && !member[i] {
+			continue
+		}
+		tp, ok := e.TargetPort(sp)
+		if !ok || !validPort(tp) {
+			continue
+		}
+		n++
+		// Envoy needs one endpoint that takes mutual TLS, grpc-go none
+		// that refuses it.
+		switch p := j.peer(e, tp); {
+		case k == ProxyEnvoy && p == peerTakes:
+			return true
+		case k != ProxyEnvoy && p == peerRefuses:
+			return false
+		}
+	}
+	if k == ProxyEnvoy {
+		return false
+	}
+	// No endpoint refuses it; none at all follows the default.
+	return n > 0 || j.opts.Security
 }
 
 // certProvider is the certificate provider instance of both identity and
@@ -201,19 +375,38 @@ func ParseInboundListenerName(name string) (netip.AddrPort, error) {
 }
 
 // InboundListener returns the server-side listener that a grpc-go xDS server
-// (xds.NewGRPCServer) listening on addr needs: address addr, one filter chain
-// with an HttpConnectionManager whose inline route configuration accepts
-// every RPC (virtual host "*", prefix "/", non-forwarding action) and ends
-// with the router filter; with opts.Security the chain also requires mTLS
-// (DownstreamTlsContext, client certificate required, certificate provider
-// instance CertProviderInstance). Without Security the server serves
-// plaintext. It is pure.
-func InboundListener(addr netip.AddrPort, opts Options) *listenerv3.Listener {
+// (xds.NewGRPCServer) listening on addr needs, under the security policy sec
+// of its workload: address addr, one filter chain "inbound|<port>" with an
+// HttpConnectionManager whose inline route configuration accepts every RPC
+// (virtual host "*", prefix "/", non-forwarding action), whose HTTP filters
+// are AuthzHTTPFilters(sec.AuthorizationPolicies, ProxyGRPC, opts) and then
+// the router.
+//
+// The port's mode, sec.MTLS(port, opts.DefaultMTLS()), decides the chain's
+// TLS. MTLSStrict: a DownstreamTlsContext requires a client certificate
+// (certificate provider instance CertProviderInstance, no SAN matchers:
+// grpc-go rejects them on the server side). MTLSDisable: plaintext.
+// MTLSPermissive is served as MTLSStrict: grpc-go cannot accept both on one
+// port, because its filter chain match has no TLS inspector (gRFC A36: it
+// drops chains whose transport_protocol is not "" or "raw_buffer", so it
+// cannot tell a ClientHello from plaintext), and mesh clients speak mTLS to
+// a permissive server anyway; a plaintext client is refused. The server
+// must have the certificate providers in its bootstrap whenever the mode is
+// not MTLSDisable, whatever opts.Security says.
+//
+// It is pure.
+func InboundListener(addr netip.AddrPort, sec istioconfig.WorkloadSecurity, opts Options) *listenerv3.Listener {
 	name := InboundListenerName(addr)
+	port := uint32(addr.Port())
+	filters := AuthzHTTPFilters(sec.AuthorizationPolicies, ProxyGRPC, opts)
+	filters = append(slices.Clip(filters), &hcmv3.HttpFilter{
+		Name:       routerFilterName,
+		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
+	})
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: "inbound_" + addr.String(),
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
-			Name: "inbound|" + strconv.Itoa(int(addr.Port())),
+			Name: "inbound|" + strconv.Itoa(int(port)),
 			VirtualHosts: []*routev3.VirtualHost{{
 				Name:    "inbound|all",
 				Domains: []string{"*"},
@@ -223,19 +416,16 @@ func InboundListener(addr netip.AddrPort, opts Options) *listenerv3.Listener {
 				}},
 			}},
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{{
-			Name:       routerFilterName,
-			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
-		}},
+		HttpFilters: filters,
 	}
 	fc := &listenerv3.FilterChain{
-		Name: "inbound|" + strconv.Itoa(int(addr.Port())),
+		Name: "inbound|" + strconv.Itoa(int(port)),
 		Filters: []*listenerv3.Filter{{
 			Name:       "envoy.filters.network.http_connection_manager",
 			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)},
 		}},
 	}
-	if opts.Security {
+	if proxylessMTLS(sec.MTLS(port, opts.DefaultMTLS())) {
 		fc.TransportSocket = downstreamTLS()
 	}
 	return &listenerv3.Listener{
@@ -243,12 +433,16 @@ func InboundListener(addr netip.AddrPort, opts Options) *listenerv3.Listener {
 		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 			Protocol:      corev3.SocketAddress_TCP,
 			Address:       addr.Addr().String(),
-			PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(addr.Port())},
+			PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
 		}}},
 		FilterChains:     []*listenerv3.FilterChain{fc},
 		TrafficDirection: corev3.TrafficDirection_INBOUND,
 	}
 }
+
+// proxylessMTLS reports whether a grpc-go server port in mode m requires
+// mTLS: every mode but MTLSDisable (see InboundListener for PERMISSIVE).
+func proxylessMTLS(m istioconfig.MTLSMode) bool { return m != istioconfig.MTLSDisable }
 
 // String describes opts for logs.
 func (o Options) String() string {

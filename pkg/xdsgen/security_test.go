@@ -9,6 +9,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -27,18 +28,18 @@ func secureFleet() *model.MergedService {
 
 func TestGoldenSecureClusters(t *testing.T) {
 	opts := Options{Security: true, TrustDomain: "example.org"}
-	checkGolden(t, "clusters_mtls", render(t, section{"clusters", asMessages(ServiceClusters(secureFleet(), nil, opts))}))
+	checkGolden(t, "clusters_mtls", render(t, section{"clusters", asMessages(ServiceClusters(secureFleet(), nil, nil, opts))}))
 }
 
 func TestGoldenInboundListener(t *testing.T) {
 	addr := netip.MustParseAddrPort("10.2.0.1:50051")
-	checkGolden(t, "inbound_mtls", render(t, section{"listeners", asMessages([]proto.Message{InboundListener(addr, Options{Security: true})})}))
-	checkGolden(t, "inbound_plaintext", render(t, section{"listeners", asMessages([]proto.Message{InboundListener(addr, Options{})})}))
+	checkGolden(t, "inbound_mtls", render(t, section{"listeners", asMessages([]proto.Message{InboundListener(addr, istioconfig.WorkloadSecurity{}, Options{Security: true})})}))
+	checkGolden(t, "inbound_plaintext", render(t, section{"listeners", asMessages([]proto.Message{InboundListener(addr, istioconfig.WorkloadSecurity{}, Options{})})}))
 }
 
 func TestServiceClustersPlaintextIsClusters(t *testing.T) {
 	ms := secureFleet()
-	got, want := ServiceClusters(ms, nil, Options{}), Clusters(ms.Service, nil)
+	got, want := ServiceClusters(ms, nil, nil, Options{}), Clusters(ms.Service, nil)
 	if len(got) != len(want) {
 		t.Fatalf("got %d clusters, want %d", len(got), len(want))
 	}
@@ -47,7 +48,7 @@ func TestServiceClustersPlaintextIsClusters(t *testing.T) {
 			t.Errorf("cluster %d differs from Clusters without security", i)
 		}
 	}
-	if ServiceClusters(nil, nil, Options{Security: true}) != nil {
+	if ServiceClusters(nil, nil, nil, Options{Security: true}) != nil {
 		t.Error("nil service: want nil")
 	}
 }
@@ -86,7 +87,7 @@ func TestInboundListenerName(t *testing.T) {
 }
 
 func TestValidateSecure(t *testing.T) {
-	for _, c := range ServiceClusters(secureFleet(), nil, Options{Security: true}) {
+	for _, c := range ServiceClusters(secureFleet(), nil, nil, Options{Security: true}) {
 		if err := c.ValidateAll(); err != nil {
 			t.Error(err)
 		}
@@ -99,7 +100,7 @@ func TestValidateSecure(t *testing.T) {
 		}
 	}
 	for _, sec := range []bool{false, true} {
-		l := InboundListener(netip.MustParseAddrPort("10.2.0.1:50051"), Options{Security: sec})
+		l := InboundListener(netip.MustParseAddrPort("10.2.0.1:50051"), istioconfig.WorkloadSecurity{}, Options{Security: sec})
 		if err := l.ValidateAll(); err != nil {
 			t.Error(err)
 		}

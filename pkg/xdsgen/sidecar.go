@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -77,6 +78,12 @@ type Sidecar struct {
 	// Inbound lists the workload ports this pod serves, sorted by port and
 	// without duplicates (SidecarInbound returns it so).
 	Inbound []InboundPort
+	// Security is the pod's policy (istioconfig.Snapshot.Workload of its
+	// namespace and labels): its PeerAuthentications decide the mutual-TLS
+	// mode of each inbound port, its AuthorizationPolicies the filters of
+	// the inbound chains. The zero value leaves every port to
+	// Options.DefaultMTLS and adds no authorization filter.
+	Security istioconfig.WorkloadSecurity
 }
 
 // InboundPort is one port a sidecar's workload serves.

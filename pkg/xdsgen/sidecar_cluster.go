@@ -27,12 +27,17 @@ const localhost = "127.0.0.1"
 //   - outbound|<port>||<hostname> for every port of every service: EDS over
 //     ADS under the same name (the assignments are LoadAssignments, shared
 //     with proxyless clients), least-request balancing, HTTP/2 towards
-//     HTTP2 and GRPC ports, istiod's unlimited circuit breakers, and with
-//     opts.Security Istio mutual TLS (SDS secrets from pilot-agent, SAN
-//     check against ServiceSANs, SNI SidecarSNI, ALPN "istio"[, "h2"]);
+//     HTTP2 and GRPC ports, istiod's unlimited circuit breakers, and auto
+//     mutual TLS as istiod builds it: when MTLSClusters(ProxyEnvoy, ...)
+//     names the cluster, transport_socket_matches "tlsMode-istio" (Istio
+//     mutual TLS, for endpoints whose metadata has {tlsMode: "istio"},
+//     i.e. Pods labelled TLSModeLabel=TLSModeIstio: SDS secrets from
+//     pilot-agent, SAN check against ServiceSANs, SNI SidecarSNI, ALPN
+//     "istio"[, "h2"]) then "tlsMode-disabled" (plaintext, for every other
+//     endpoint); otherwise plaintext, no transport socket;
 //   - outbound|<port>|<subset>|<hostname> likewise for every subset of the
-//     service's DestinationRule in config (config.Host(hostname)), with
-//     the same TLS as the port's default cluster;
+//     service's DestinationRule in config (config.Host(hostname)), mutual
+//     TLS decided over the subset's endpoints;
 //   - each of those under the DestinationRule's effective traffic policy
 //     for its port and subset (load balancer, connection pool, outlier
 //     detection; ClusterNotes(ProxyEnvoy, dr) says what is left out);
@@ -41,11 +46,14 @@ const localhost = "127.0.0.1"
 //   - inbound|<port>|| for every port of sc.Inbound outside the reserved
 //     ones: STATIC to 127.0.0.1:<port>, the app, in plaintext.
 //
-// A nil config applies no DestinationRule. It is pure.
+// The outbound clusters depend on the endpoints (labels, target ports,
+// service accounts) and on config's PeerAuthentications: a change of
+// either must re-plan them. A nil config applies no DestinationRule and no
+// PeerAuthentication. It is pure.
 func SidecarClusters(services []*model.MergedService, config *istioconfig.Snapshot, sc Sidecar, opts Options) []*clusterv3.Cluster {
 	out := []*clusterv3.Cluster{passthroughCluster(), blackHoleCluster()}
 	for _, ms := range sortedServices(services) {
-		out = append(out, outboundClusters(ms, config.Host(ms.Service.Hostname).DestinationRule, opts)...)
+		out = append(out, outboundClusters(ms, config.Host(ms.Service.Hostname).DestinationRule, config, opts)...)
 	}
 	for _, p := range sc.Inbound {
 		if validPort(p.Port) && !reservedPort(p.Port) {
@@ -56,10 +64,12 @@ func SidecarClusters(services []*model.MergedService, config *istioconfig.Snapsh
 	return out
 }
 
-// outboundClusters are the clusters of ms's ports and of dr's subsets.
-func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, opts Options) []*clusterv3.Cluster {
+// outboundClusters are the clusters of ms's ports and of dr's subsets,
+// with auto mutual TLS under the PeerAuthentications of config.
+func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, config *istioconfig.Snapshot, opts Options) []*clusterv3.Cluster {
+	secure := mtlsClusterSet(ProxyEnvoy, ms, dr, config, opts)
 	var sans []string
-	if opts.Security {
+	if len(secure) > 0 {
 		sans = ServiceSANs(ms, opts)
 	}
 	subsets := append([]string{""}, subsetNames(dr)...)
@@ -67,8 +77,8 @@ func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, 
 	for _, sp := range servicePorts(ms.Service) {
 		for _, subset := range subsets {
 			c := outboundCluster(ms.Service.Hostname, sp, subset, dr)
-			if opts.Security {
-				c.TransportSocket = sidecarUpstreamTLS(SidecarSNI(ms.Service.Hostname, sp.Port), sans, isHTTP2(sp.Protocol))
+			if secure[c.GetName()] {
+				c.TransportSocketMatches = sidecarAutoMTLS(SidecarSNI(ms.Service.Hostname, sp.Port), sans, isHTTP2(sp.Protocol))
 			}
 			out = append(out, c)
 		}

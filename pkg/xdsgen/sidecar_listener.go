@@ -1,6 +1,8 @@
 package xdsgen
 
 import (
+	"slices"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	originaldstv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -29,6 +32,13 @@ const (
 	// transportProtocolTLS is what the TLS inspector reports for a TLS
 	// ClientHello.
 	transportProtocolTLS = "tls"
+	// transportProtocolRaw is what it reports for anything else.
+	transportProtocolRaw = "raw_buffer"
+	// plaintextChainSuffix names the plaintext chain of a PERMISSIVE port
+	// apart from its TLS chain: Envoy's API asks for names unique per
+	// listener (Envoy 1.40 itself accepts duplicates, but a
+	// filter_chain_matcher or a config dump could not tell them apart).
+	plaintextChainSuffix = "-plaintext"
 )
 
 // SidecarListeners returns the listeners of an Envoy sidecar, sorted by
@@ -51,20 +61,29 @@ const (
 // itself serves (sc.Inbound) gets no outbound listener there, because the
 // app holds 127.0.0.1:<port>.
 //
-// Inbound, one filter chain per sc.Inbound port (reserved ones excepted):
+// Inbound, filter chains per sc.Inbound port (reserved ones excepted):
 // HTTP-family ports an HttpConnectionManager to InboundClusterName(port)
 // that sets x-forwarded-client-cert to the client's SPIFFE ID (and drops
-// one the client sent), TCP ports a TCP proxy to it. In REDIRECT and TPROXY
-// mode the chains, named "0.0.0.0_<port>" and matched by destination port,
-// belong to virtualInbound on 0.0.0.0:15006, whose original_dst listener
-// filter restores the address iptables rewrote (use_original_dst is not
-// set: it would hand inbound connections to the outbound listeners of the
-// same port). In NONE mode each port is a listener "<ip>_<port>" bound on
-// sc.IP:<port>; none when sc.IP is invalid. With opts.Security every
-// inbound chain requires Istio mutual TLS (a TLS inspector matches
-// transport "tls"; a plaintext connection matches no chain and is closed);
-// without it everything is plaintext. TPROXY differs from REDIRECT only in
-// the virtual listeners being transparent.
+// one the client sent), with the HTTP filters of
+// AuthzHTTPFilters(sc.Security.AuthorizationPolicies, ProxyEnvoy, opts)
+// before the router; TCP ports a TCP proxy to it, after the network
+// filters of AuthzNetworkFilters. In REDIRECT and TPROXY mode the chains,
+// named "0.0.0.0_<port>" and matched by destination port, belong to
+// virtualInbound on 0.0.0.0:15006, whose original_dst listener filter
+// restores the address iptables rewrote (use_original_dst is not set: it
+// would hand inbound connections to the outbound listeners of the same
+// port). In NONE mode each port is a listener "<ip>_<port>" bound on
+// sc.IP:<port>; none when sc.IP is invalid.
+//
+// The mutual-TLS mode of a port, sc.Security.MTLS(port, opts.DefaultMTLS())
+// (the PeerAuthentications of the pod, else the hub's default), decides
+// its chains. STRICT: one chain that requires Istio mutual TLS, matched on
+// transport "tls", so a plaintext connection matches no chain and is
+// closed. DISABLE: one plaintext chain that matches any transport.
+// PERMISSIVE: both, the TLS chain and a plaintext one named
+// "<chain>-plaintext" that matches transport "raw_buffer". A listener with
+// a chain that matches on transport has the TLS inspector. TPROXY differs
+// from REDIRECT only in the virtual listeners being transparent.
 //
 // It is pure.
 func SidecarListeners(services []*model.MergedService, sc Sidecar, opts Options) []*listenerv3.Listener {
@@ -159,8 +178,9 @@ func inboundListeners(sc Sidecar, opts Options) []*listenerv3.Listener {
 			ports = append(ports, p)
 		}
 	}
+	az := sidecarInboundAuthz(sc, opts)
 	if !sc.bindsPorts() {
-		return []*listenerv3.Listener{virtualInboundListener(sc, ports, opts)}
+		return []*listenerv3.Listener{virtualInboundListener(sc, ports, az, opts)}
 	}
 	if !sc.IP.IsValid() {
 		return nil
@@ -169,14 +189,13 @@ func inboundListeners(sc Sidecar, opts Options) []*listenerv3.Listener {
 	out := make([]*listenerv3.Listener, 0, len(ports))
 	for _, p := range ports {
 		name := SidecarListenerName(ip, p.Port)
-		fc := inboundChain(name, p, opts)
 		l := &listenerv3.Listener{
 			Name:             name,
 			Address:          socketAddress(ip, p.Port),
-			FilterChains:     []*listenerv3.FilterChain{fc},
+			FilterChains:     inboundChains(name, p, sc.Security.MTLS(p.Port, opts.DefaultMTLS()), az),
 			TrafficDirection: corev3.TrafficDirection_INBOUND,
 		}
-		if opts.Security {
+		if matchesTransport(l.FilterChains) {
 			l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspector()}
 		}
 		out = append(out, l)
@@ -185,8 +204,8 @@ func inboundListeners(sc Sidecar, opts Options) []*listenerv3.Listener {
 }
 
 // virtualInboundListener receives the inbound connections iptables
-// redirects to 15006, one filter chain per workload port.
-func virtualInboundListener(sc Sidecar, ports []InboundPort, opts Options) *listenerv3.Listener {
+// redirects to 15006, with the filter chains of each workload port.
+func virtualInboundListener(sc Sidecar, ports []InboundPort, az inboundAuthz, opts Options) *listenerv3.Listener {
 	l := &listenerv3.Listener{
 		Name:             VirtualInboundListenerName,
 		Address:          socketAddress(wildcard, VirtualInboundPort),
@@ -194,16 +213,17 @@ func virtualInboundListener(sc Sidecar, ports []InboundPort, opts Options) *list
 		ListenerFilters:  []*listenerv3.ListenerFilter{listenerFilter(filterOriginalDst, &originaldstv3.OriginalDst{})},
 		TrafficDirection: corev3.TrafficDirection_INBOUND,
 	}
-	if opts.Security {
-		l.ListenerFilters = append(l.ListenerFilters, tlsInspector())
-	}
 	for _, p := range ports {
-		fc := inboundChain(SidecarListenerName(wildcard, p.Port), p, opts)
-		if fc.FilterChainMatch == nil {
-			fc.FilterChainMatch = &listenerv3.FilterChainMatch{}
+		for _, fc := range inboundChains(SidecarListenerName(wildcard, p.Port), p, sc.Security.MTLS(p.Port, opts.DefaultMTLS()), az) {
+			if fc.FilterChainMatch == nil {
+				fc.FilterChainMatch = &listenerv3.FilterChainMatch{}
+			}
+			fc.FilterChainMatch.DestinationPort = wrapperspb.UInt32(p.Port)
+			l.FilterChains = append(l.FilterChains, fc)
 		}
-		fc.FilterChainMatch.DestinationPort = wrapperspb.UInt32(p.Port)
-		l.FilterChains = append(l.FilterChains, fc)
+	}
+	if matchesTransport(l.FilterChains) {
+		l.ListenerFilters = append(l.ListenerFilters, tlsInspector())
 	}
 	if len(l.FilterChains) == 0 {
 		// Envoy rejects a listener without filter chains.
@@ -215,26 +235,73 @@ func virtualInboundListener(sc Sidecar, ports []InboundPort, opts Options) *list
 	return l
 }
 
-// inboundChain is the filter chain named name that serves workload port p.
-func inboundChain(name string, p InboundPort, opts Options) *listenerv3.FilterChain {
+// inboundAuthz holds the authorization filters of a sidecar's inbound
+// chains, built once per sidecar.
+type inboundAuthz struct {
+	http    []*hcmv3.HttpFilter  // before the router of HTTP chains
+	network []*listenerv3.Filter // before the TCP proxy of TCP chains
+}
+
+func sidecarInboundAuthz(sc Sidecar, opts Options) inboundAuthz {
+	ps := sc.Security.AuthorizationPolicies
+	return inboundAuthz{http: AuthzHTTPFilters(ps, ProxyEnvoy, opts), network: AuthzNetworkFilters(ps, opts)}
+}
+
+// inboundChains are the filter chains that serve workload port p in mode:
+// one TLS chain named name (STRICT), one plaintext chain named name
+// (DISABLE), or both, the plaintext one named name+plaintextChainSuffix and
+// matched on transport "raw_buffer" (PERMISSIVE). Any other mode is taken
+// as STRICT: an unknown mode must not open a port to plaintext.
+func inboundChains(name string, p InboundPort, mode istioconfig.MTLSMode, az inboundAuthz) []*listenerv3.FilterChain {
+	switch mode {
+	case istioconfig.MTLSDisable:
+		return []*listenerv3.FilterChain{inboundChain(name, p, false, az)}
+	case istioconfig.MTLSPermissive:
+		plain := inboundChain(name+plaintextChainSuffix, p, false, az)
+		plain.FilterChainMatch = &listenerv3.FilterChainMatch{TransportProtocol: transportProtocolRaw}
+		return []*listenerv3.FilterChain{inboundChain(name, p, true, az), plain}
+	default:
+		return []*listenerv3.FilterChain{inboundChain(name, p, true, az)}
+	}
+}
+
+// inboundChain is the filter chain named name that serves workload port p;
+// with mtls it matches TLS only and requires a client certificate of the
+// mesh.
+func inboundChain(name string, p InboundPort, mtls bool, az inboundAuthz) *listenerv3.FilterChain {
 	fc := &listenerv3.FilterChain{Name: name}
 	if isHTTP(p.Protocol) {
-		fc.Filters = []*listenerv3.Filter{networkFilter(filterHCM, inboundHCM(name, p))}
+		fc.Filters = []*listenerv3.Filter{networkFilter(filterHCM, inboundHCM(name, p, az.http))}
 	} else {
-		fc.Filters = []*listenerv3.Filter{tcpProxy(InboundClusterName(p.Port))}
+		// Each chain gets its own copies: chains share no message.
+		for _, f := range az.network {
+			fc.Filters = append(fc.Filters, proto.CloneOf(f))
+		}
+		fc.Filters = append(fc.Filters, tcpProxy(InboundClusterName(p.Port)))
 	}
-	if opts.Security {
+	if mtls {
 		fc.FilterChainMatch = &listenerv3.FilterChainMatch{TransportProtocol: transportProtocolTLS}
 		fc.TransportSocket = sidecarDownstreamTLS()
 	}
 	return fc
 }
 
-// inboundHCM serves requests to the app: it replaces any
-// x-forwarded-client-cert the client sent by one naming the client
-// certificate's URI SAN (its SPIFFE ID), so the app can trust the header.
-func inboundHCM(name string, p InboundPort) *hcmv3.HttpConnectionManager {
+// matchesTransport reports whether a chain matches on the transport
+// protocol, which only the TLS inspector detects.
+func matchesTransport(chains []*listenerv3.FilterChain) bool {
+	return slices.ContainsFunc(chains, func(fc *listenerv3.FilterChain) bool {
+		return fc.GetFilterChainMatch().GetTransportProtocol() != ""
+	})
+}
+
+// inboundHCM serves requests to the app, authorized by the authz filters
+// (which run before the router): it replaces any x-forwarded-client-cert
+// the client sent by one naming the client certificate's URI SAN (its
+// SPIFFE ID), so the app can trust the header; over plaintext it only
+// drops the client's.
+func inboundHCM(name string, p InboundPort, authz []*hcmv3.HttpFilter) *hcmv3.HttpConnectionManager {
 	hcm := sidecarHCM("inbound_" + name)
+	hcm.HttpFilters = append(slices.Clone(authz), hcm.HttpFilters...)
 	hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: inboundRouteConfig(p)}
 	hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_SANITIZE_SET
 	hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Uri: true}

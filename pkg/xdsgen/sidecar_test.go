@@ -50,6 +50,11 @@ func TestGoldenSidecar(t *testing.T) {
 	for _, tc := range sidecarCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			services := sidecarServices()
+			if tc.opts.Security {
+				// Injected Pods, so that the outbound clusters show auto
+				// mutual TLS.
+				services = injectedServices(services)
+			}
 			got := render(t,
 				section{"listeners", asMessages(SidecarListeners(services, tc.sc, tc.opts))},
 				section{"routes", asMessages(SidecarRoutes(services, nil, tc.opts))},
@@ -341,21 +346,29 @@ func TestSidecarInboundChains(t *testing.T) {
 }
 
 func TestSidecarClustersSecurity(t *testing.T) {
-	cs := SidecarClusters(sidecarServices(), nil, sidecarOf(InterceptRedirect), Options{Security: true, TrustDomain: "example.org"})
+	cs := SidecarClusters(injectedServices(sidecarServices()), nil, sidecarOf(InterceptRedirect), Options{Security: true, TrustDomain: "example.org"})
 	for _, c := range cs {
 		outbound := strings.HasPrefix(c.GetName(), "outbound|")
-		if (c.GetTransportSocket() != nil) != outbound {
-			t.Errorf("cluster %s: TLS %t, want it on outbound clusters only", c.GetName(), c.GetTransportSocket() != nil)
+		if c.GetTransportSocket() != nil {
+			t.Errorf("cluster %s: a transport socket, want none (outbound: matches)", c.GetName())
+		}
+		if (c.GetTransportSocketMatches() != nil) != outbound {
+			t.Errorf("cluster %s: TLS %t, want it on outbound clusters only", c.GetName(), c.GetTransportSocketMatches() != nil)
 		}
 		if !outbound {
 			continue
+		}
+		// The rest of the shape: TestSidecarAutoMTLS (checkAutoMatches).
+		m := c.GetTransportSocketMatches()
+		if len(m) != 2 || m[0].GetName() != "tlsMode-istio" || m[1].GetTransportSocket().GetName() != "envoy.transport_sockets.raw_buffer" {
+			t.Fatalf("%s: transport socket matches %v", c.GetName(), m)
 		}
 		host, port, err := ParseClusterName(c.GetName())
 		if err != nil {
 			t.Fatal(err)
 		}
 		utc := &tlsv3.UpstreamTlsContext{}
-		if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(utc); err != nil {
+		if err := m[0].GetTransportSocket().GetTypedConfig().UnmarshalTo(utc); err != nil {
 			t.Fatal(err)
 		}
 		if want := SidecarSNI(host, port); utc.GetSni() != want {
@@ -386,9 +399,20 @@ func TestSidecarClustersSecurity(t *testing.T) {
 			t.Errorf("%s: SDS from %q, want pilot-agent's %q", c.GetName(), cluster, SDSClusterName)
 		}
 	}
-	for _, c := range SidecarClusters(sidecarServices(), nil, sidecarOf(InterceptRedirect), Options{}) {
-		if c.GetTransportSocket() != nil {
-			t.Errorf("plaintext: cluster %s has TLS", c.GetName())
+	// Without Security, and with Security towards Pods without a proxy
+	// (no injector label), everything is plaintext.
+	for _, tc := range []struct {
+		name     string
+		services []*model.MergedService
+		opts     Options
+	}{
+		{"plaintext", injectedServices(sidecarServices()), Options{}},
+		{"uninjected", sidecarServices(), Options{Security: true}},
+	} {
+		for _, c := range SidecarClusters(tc.services, nil, sidecarOf(InterceptRedirect), tc.opts) {
+			if c.GetTransportSocket() != nil || c.GetTransportSocketMatches() != nil {
+				t.Errorf("%s: cluster %s has TLS", tc.name, c.GetName())
+			}
 		}
 	}
 }

@@ -3,10 +3,13 @@ package xdsgen
 import (
 	"slices"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -83,7 +86,7 @@ func sidecarCommonTLS(alpn []string, sans []string) *tlsv3.CommonTlsContext {
 }
 
 // sidecarUpstreamTLS is the client side of Istio mutual TLS towards a
-// service: SNI sni, ALPN "istio" (plus "h2" for HTTP/2 clusters), and only
+// service (the "tlsMode-istio" socket of sidecarAutoMTLS): SNI sni, ALPN "istio" (plus "h2" for HTTP/2 clusters), and only
 // servers whose certificate has one of sans (any certificate chaining to
 // the roots when sans is empty, as for proxyless clients).
 func sidecarUpstreamTLS(sni string, sans []string, h2 bool) *corev3.TransportSocket {
@@ -98,6 +101,38 @@ func sidecarUpstreamTLS(sni string, sans []string, h2 bool) *corev3.TransportSoc
 	return &corev3.TransportSocket{
 		Name:       transportSocketTLS,
 		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)},
+	}
+}
+
+// Names of the transport socket matches of an auto-mTLS cluster, and of
+// the plaintext transport socket (istiod's names).
+const (
+	transportSocketMatchIstio    = "tlsMode-istio"
+	transportSocketMatchDisabled = "tlsMode-disabled"
+	transportSocketRawBuffer     = "envoy.transport_sockets.raw_buffer"
+)
+
+// sidecarAutoMTLS are the transport socket matches of a cluster with auto
+// mutual TLS: Envoy takes, per endpoint, the first whose match is a subset
+// of the endpoint's filter_metadata[TransportSocketMatchKey]. Endpoints
+// with {tlsMode: "istio"} (LoadAssignments gives it to injected Pods) get
+// sidecarUpstreamTLS(sni, sans, h2); the empty match takes every other
+// endpoint, in plaintext.
+func sidecarAutoMTLS(sni string, sans []string, h2 bool) []*clusterv3.Cluster_TransportSocketMatch {
+	return []*clusterv3.Cluster_TransportSocketMatch{
+		{
+			Name:            transportSocketMatchIstio,
+			Match:           tlsModeIstioStruct(),
+			TransportSocket: sidecarUpstreamTLS(sni, sans, h2),
+		},
+		{
+			Name:  transportSocketMatchDisabled,
+			Match: &structpb.Struct{},
+			TransportSocket: &corev3.TransportSocket{
+				Name:       transportSocketRawBuffer,
+				ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(&rawbufferv3.RawBuffer{})},
+			},
+		},
 	}
 }
 

@@ -146,7 +146,7 @@ func configOf(t testing.TB, tc vsCase) *istioconfig.Snapshot {
 			Spec: decodeSpec(t, validate.KindDestinationRule, tc.dr).(*networking.DestinationRule),
 		})
 	}
-	return istioconfig.NewSnapshot("", objs)
+	return istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, objs)
 }
 
 func noteFields(ns []RouteNote) []string {
@@ -327,7 +327,7 @@ func TestNoVirtualServiceUnchanged(t *testing.T) {
 		}
 	}
 	services := sidecarServices()
-	if a, b := SidecarRoutes(services, nil, Options{}), SidecarRoutes(services, istioconfig.NewSnapshot("", nil), Options{}); len(a) == 0 || len(a) != len(b) {
+	if a, b := SidecarRoutes(services, nil, Options{}), SidecarRoutes(services, istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, nil), Options{}); len(a) == 0 || len(a) != len(b) {
 		t.Fatalf("routes %d and %d", len(a), len(b))
 	} else {
 		for i := range a {
@@ -392,7 +392,7 @@ func FuzzVirtualServiceRoutes(f *testing.F) {
 		if len(validate.Spec(vs)) != 0 {
 			t.Skip()
 		}
-		config := istioconfig.NewSnapshot("", []istioconfig.Object{&istioconfig.VirtualService{
+		config := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{&istioconfig.VirtualService{
 			Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: validate.KindVirtualService, Namespace: "demo", Name: "fuzz"}},
 			Spec: vs,
 		}})
@@ -452,7 +452,7 @@ func FuzzVirtualServiceStrings(f *testing.F) {
 		if len(errs) != 0 || len(validate.Spec(msg)) != 0 {
 			t.Skip()
 		}
-		config := istioconfig.NewSnapshot("", []istioconfig.Object{&istioconfig.VirtualService{
+		config := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{&istioconfig.VirtualService{
 			Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: validate.KindVirtualService, Namespace: "demo", Name: "fuzz"}},
 			Spec: msg.(*networking.VirtualService),
 		}})

@@ -14,8 +14,8 @@ import (
 	"github.com/meshfed/meshfed/spoke/webhook"
 )
 
-// Validator is the validating admission webhook for Istio networking
-// configuration. It holds no state and calls nothing outside the process.
+// Validator is the validating admission webhook for Istio configuration.
+// It holds no state and calls nothing outside the process.
 type Validator struct {
 	log logr.Logger
 }
@@ -23,11 +23,13 @@ type Validator struct {
 // NewValidator returns a Validator.
 func NewValidator(log logr.Logger) *Validator { return &Validator{log: log} }
 
-// Admit checks a VirtualService, DestinationRule, ServiceEntry or Sidecar
-// being created or updated. Deletions and other operations are allowed.
+// Admit checks a VirtualService, DestinationRule, ServiceEntry, Sidecar,
+// PeerAuthentication or AuthorizationPolicy being created or updated, each
+// in its own group and versions (validate.GroupOf, validate.VersionsOf).
+// Deletions and other operations are allowed.
 func (v *Validator) Admit(_ context.Context, req *admissionv1.AdmissionRequest) webhook.Response {
 	k := req.Kind
-	if k.Group != validate.Group || !slices.Contains(validate.Versions, k.Version) || validate.NewSpec(k.Kind) == nil {
+	if g := validate.GroupOf(k.Kind); g == "" || k.Group != g || !slices.Contains(validate.VersionsOf(k.Kind), k.Version) {
 		return webhook.Fail(http.StatusBadRequest, fmt.Errorf("validate: %s/%s %s is not validated here", k.Group, k.Version, k.Kind))
 	}
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {

@@ -1,6 +1,7 @@
 // Package validate is the spoke's validating admission webhook for Istio
-// networking configuration: VirtualService, DestinationRule, ServiceEntry
-// and Sidecar, in networking.istio.io v1, v1beta1 and v1alpha3.
+// configuration: VirtualService, DestinationRule, ServiceEntry and Sidecar
+// in networking.istio.io v1, v1beta1 and v1alpha3, and PeerAuthentication
+// and AuthorizationPolicy in security.istio.io v1 and v1beta1.
 //
 // The checks themselves live in pkg/istioconfig/validate, which the hub
 // runs too on what it reads from the config cluster (the webhook can be

@@ -77,3 +77,21 @@ func TestIstioConfigErrors(t *testing.T) {
 		t.Error("two objects accepted")
 	}
 }
+
+// TestParseObjectName: every kind the hub reads, by name or Istio's short
+// name, in any case; others are refused, naming the kinds.
+func TestParseObjectName(t *testing.T) {
+	for in, want := range map[string]string{
+		"vs/demo/a": "VirtualService", "DestinationRule/demo/a": "DestinationRule",
+		"pa/demo/a": "PeerAuthentication", "peerauthentication/demo/a": "PeerAuthentication",
+		"AP/demo/a": "AuthorizationPolicy", "AuthorizationPolicy/demo/a": "AuthorizationPolicy",
+	} {
+		kind, ns, name, err := parseObjectName(in)
+		if err != nil || kind != want || ns != "demo" || name != "a" {
+			t.Errorf("parseObjectName(%q) = %q %q %q, %v; want %s demo a", in, kind, ns, name, err, want)
+		}
+	}
+	if _, _, _, err := parseObjectName("se/demo/a"); err == nil || !strings.Contains(err.Error(), "AuthorizationPolicy") {
+		t.Errorf("ServiceEntry: %v, want a refusal naming the kinds read", err)
+	}
+}

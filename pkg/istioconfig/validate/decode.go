@@ -16,15 +16,44 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// Group is the API group of the kinds this package validates.
-const Group = "networking.istio.io"
+// API groups of the kinds this package validates.
+const (
+	// Group holds the traffic kinds.
+	Group = "networking.istio.io"
+	// SecurityGroup holds the security kinds.
+	SecurityGroup = "security.istio.io"
+)
 
 // Versions of Group that carry the kinds; all share one schema (the v1 and
 // v1beta1 Go types are aliases of v1alpha3's).
 var Versions = []string{"v1", "v1beta1", "v1alpha3"}
+
+// SecurityVersions of SecurityGroup; v1's Go types are aliases of
+// v1beta1's.
+var SecurityVersions = []string{"v1", "v1beta1"}
+
+// GroupOf returns the API group of kind, "" for a kind not validated here.
+func GroupOf(kind string) string {
+	switch kind {
+	case KindPeerAuthentication, KindAuthorizationPolicy:
+		return SecurityGroup
+	case KindVirtualService, KindDestinationRule, KindServiceEntry, KindSidecar:
+		return Group
+	}
+	return ""
+}
+
+// VersionsOf returns the versions of kind's group that carry it.
+func VersionsOf(kind string) []string {
+	if GroupOf(kind) == SecurityGroup {
+		return SecurityVersions
+	}
+	return Versions
+}
 
 // Kinds validated, with their plural resource names (what the webhook
 // configuration and the hub's watches list).
@@ -33,6 +62,9 @@ const (
 	KindDestinationRule = "DestinationRule"
 	KindServiceEntry    = "ServiceEntry"
 	KindSidecar         = "Sidecar"
+
+	KindPeerAuthentication  = "PeerAuthentication"
+	KindAuthorizationPolicy = "AuthorizationPolicy"
 )
 
 // Resources maps each kind to its resource name.
@@ -41,6 +73,9 @@ var Resources = map[string]string{
 	KindDestinationRule: "destinationrules",
 	KindServiceEntry:    "serviceentries",
 	KindSidecar:         "sidecars",
+
+	KindPeerAuthentication:  "peerauthentications",
+	KindAuthorizationPolicy: "authorizationpolicies",
 }
 
 // NewSpec returns an empty spec message for kind, or nil when kind is not
@@ -55,6 +90,10 @@ func NewSpec(kind string) proto.Message {
 		return &networking.ServiceEntry{}
 	case KindSidecar:
 		return &networking.Sidecar{}
+	case KindPeerAuthentication:
+		return &security.PeerAuthentication{}
+	case KindAuthorizationPolicy:
+		return &security.AuthorizationPolicy{}
 	}
 	return nil
 }
@@ -265,6 +304,10 @@ func Spec(msg proto.Message) ErrorList {
 		return ServiceEntry(m)
 	case *networking.Sidecar:
 		return Sidecar(m)
+	case *security.PeerAuthentication:
+		return PeerAuthentication(m)
+	case *security.AuthorizationPolicy:
+		return AuthorizationPolicy(m)
 	}
 	return ErrorList{{Field: "spec", Detail: fmt.Sprintf("%T is not validated here", msg)}}
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // ErrInvalid is wrapped by every ErrorList: the object is not valid Istio
-// networking configuration.
+// configuration.
 var ErrInvalid = errors.New("validate: invalid configuration")
 
 // FieldError is one problem with one field, e.g.

@@ -413,13 +413,19 @@ func FuzzObject(f *testing.F) {
 		`{"spec":{"host":"a","subsets":[{"name":"v1"}],"trafficPolicy":{"portLevelSettings":[{}]}}}`,
 		`{"spec":{"hosts":["*.a"],"resolution":"DNS","endpoints":[{"address":"x","ports":{"a":1}}]}}`,
 		`{"spec":{"egress":[{"hosts":["./*"],"port":{"number":1}}]}}`,
+		`{"spec":{"selector":{"matchLabels":{"app":"a"}},"mtls":{"mode":"STRICT"},"portLevelMtls":{"8080":{"mode":"DISABLE"},"0":{}}}}`,
+		`{"spec":{"portLevelMtls":{"x":{"mode":3}},"mtls":{"mode":9}}}`,
+		`{"spec":{"action":"CUSTOM","provider":{"name":"e"},"rules":[{"from":[{"source":{"principals":["a"],"ipBlocks":["10.0.0.0/8"]}}],` +
+			`"to":[{"operation":{"ports":["80"],"paths":["/a/{*}/{**}"]}}],"when":[{"key":"request.headers[x]","values":["v"]}]}]}}`,
+		`{"spec":{"action":"DENY","targetRefs":[{"kind":"Service","name":"a"},null],"rules":[{},{"from":[{}],"to":[{"operation":{}}],` +
+			`"when":[{"key":"destination.port","notValues":["x"]},{"key":"experimental.envoy.filters.a[b]"}]}]}}`,
 		`{"spec":null}`, `[]`, `{"spec":{"http":[null]}}`,
 	} {
-		for _, k := range []string{"VirtualService", "DestinationRule", "ServiceEntry", "Sidecar"} {
+		for _, k := range []string{"VirtualService", "DestinationRule", "ServiceEntry", "Sidecar", "PeerAuthentication", "AuthorizationPolicy"} {
 			f.Add(k, []byte(s))
 		}
 	}
 	f.Fuzz(func(t *testing.T, kind string, raw []byte) {
-		_ = validate.Object(kind, raw)
+		checkRoundTrip(t, kind, raw)
 	})
 }
