@@ -264,3 +264,107 @@ func TestProxylessSecurityPolicy(t *testing.T) {
 	deleteIstio(t, f, "AuthorizationPolicy", "demo", "deny-client")
 	testutil.Eventually(t, converge, poll, func() error { return answeredAs(client, clientID) })
 }
+
+// TestSidecarEgressScope: a Sidecar whose egress hosts name only its own
+// namespace shrinks what a client's Envoy holds (its config dump, the
+// proxy's own account of its xDS state) to the services of that namespace,
+// and the client still reaches them; removing it brings the rest back.
+func TestSidecarEgressScope(t *testing.T) {
+	f, net, hub := sidecarFleet(t, 1)
+	ctx := t.Context()
+	_, sidecars := echoSidecars(t, f, net, hub)
+	r1 := f.Remote("cluster-1")
+	const others = 5
+	for i := range others {
+		w, err := r1.DeployWorkload(ctx, framework.WorkloadOptions{
+			Namespace: "elsewhere", Service: fmt.Sprintf("svc-%d", i), ServicePort: uint32(9100 + i), PortName: "http", AppProtocol: "http",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+	}
+	clientPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "client"})
+	client := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r1, Pod: clientPod, Hub: hub, Name: "client-0", Namespace: "demo", ServiceAccount: "client",
+	})
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for _, s := range []*framework.Sidecar{client, sidecars[r1.ID]} {
+		if err := s.WaitReady(rctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// outbound counts the client's outbound clusters: all of them (the
+	// fleet's own services too, such as default/kubernetes), those of
+	// namespace elsewhere and those of its own namespace demo.
+	var demo int
+	outbound := func() (all, elsewhere int, listeners int, err error) {
+		cfg, err := client.DynamicConfig(ctx)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		demo = 0
+		for _, c := range cfg.Clusters {
+			if strings.HasPrefix(c, "outbound|") {
+				all++
+				switch {
+				case strings.HasSuffix(c, ".elsewhere.svc.cluster.local"):
+					elsewhere++
+				case strings.HasSuffix(c, ".demo.svc.cluster.local"):
+					demo++
+				}
+			}
+		}
+		return all, elsewhere, len(cfg.Listeners), nil
+	}
+	reachesEcho := func() error {
+		_, err := framework.GetHTTPEcho(ctx, clientPod, fmt.Sprintf("127.0.0.1:%d", echoPortHTTP), fmt.Sprintf("%s:%d", echoHost, echoPortHTTP))
+		return err
+	}
+	var fullClusters, fullListeners int
+	testutil.Eventually(t, converge, poll, func() error {
+		all, elsewhere, l, err := outbound()
+		if err != nil {
+			return err
+		}
+		if elsewhere != others {
+			return fmt.Errorf("client holds %d outbound clusters of namespace elsewhere, want %d", elsewhere, others)
+		}
+		fullClusters, fullListeners = all, l
+		return reachesEcho()
+	})
+	demoClusters := demo
+
+	applyIstio(t, f, `
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: demo}
+spec:
+  egress:
+  - hosts: ["./*"]
+`)
+	var scopedClusters, scopedListeners int
+	testutil.Eventually(t, converge, poll, func() error {
+		all, elsewhere, l, err := outbound()
+		if err != nil {
+			return err
+		}
+		if elsewhere != 0 || all != demoClusters || l > fullListeners-others {
+			return fmt.Errorf("scoped client holds %d outbound clusters (%d of elsewhere) and %d listeners, want %d (demo's), 0 and at most %d",
+				all, elsewhere, l, demoClusters, fullListeners-others)
+		}
+		scopedClusters, scopedListeners = all, l
+		return reachesEcho()
+	})
+	t.Logf("client without a Sidecar: %d outbound clusters, %d listeners; scoped to its namespace: %d, %d",
+		fullClusters, fullListeners, scopedClusters, scopedListeners)
+
+	deleteIstio(t, f, "Sidecar", "demo", "default")
+	testutil.Eventually(t, converge, poll, func() error {
+		if all, _, _, err := outbound(); err != nil || all != fullClusters {
+			return fmt.Errorf("after the Sidecar left: %d outbound clusters (%v), want %d", all, err, fullClusters)
+		}
+		return nil
+	})
+}

@@ -124,6 +124,8 @@ func evaluate(kind string, u *unstructured.Unstructured) *entry {
 		e.obj = &istioconfig.VirtualService{Meta: e.meta, Spec: m}
 	case *networking.DestinationRule:
 		e.obj = &istioconfig.DestinationRule{Meta: e.meta, Spec: m}
+	case *networking.Sidecar:
+		e.obj = &istioconfig.Sidecar{Meta: e.meta, Spec: m}
 	case *security.PeerAuthentication:
 		e.obj = &istioconfig.PeerAuthentication{Meta: e.meta, Spec: m}
 	case *security.AuthorizationPolicy:

@@ -269,6 +269,8 @@ meshfed_config_rejected_total{kind="DestinationRule",reason="invalid"} 0
 meshfed_config_rejected_total{kind="DestinationRule",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="PeerAuthentication",reason="invalid"} 0
 meshfed_config_rejected_total{kind="PeerAuthentication",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="Sidecar",reason="invalid"} 0
+meshfed_config_rejected_total{kind="Sidecar",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="VirtualService",reason="invalid"} 1
 meshfed_config_rejected_total{kind="VirtualService",reason="undecodable"} 1
 # HELP meshfed_config_objects Istio config objects held, by kind and state (applied, rejected, shadowed).
@@ -282,6 +284,9 @@ meshfed_config_objects{kind="DestinationRule",state="shadowed"} 0
 meshfed_config_objects{kind="PeerAuthentication",state="applied"} 1
 meshfed_config_objects{kind="PeerAuthentication",state="rejected"} 0
 meshfed_config_objects{kind="PeerAuthentication",state="shadowed"} 0
+meshfed_config_objects{kind="Sidecar",state="applied"} 0
+meshfed_config_objects{kind="Sidecar",state="rejected"} 0
+meshfed_config_objects{kind="Sidecar",state="shadowed"} 0
 meshfed_config_objects{kind="VirtualService",state="applied"} 2
 meshfed_config_objects{kind="VirtualService",state="rejected"} 2
 meshfed_config_objects{kind="VirtualService",state="shadowed"} 1

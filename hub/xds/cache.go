@@ -219,11 +219,11 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 	cfg := c.planner.Config()
 	for _, sc := range c.sidecars {
 		in := sc.inbound(services)
-		sec := sc.security(services, cfg)
-		if !r.sidecars && slices.Equal(in, sc.proxy.Inbound) && sec.Same(sc.proxy.Security) {
+		sec, scope := sc.policy(services, cfg)
+		if !r.sidecars && slices.Equal(in, sc.proxy.Inbound) && sec.Same(sc.proxy.Security) && scope == sc.proxy.Scope {
 			continue
 		}
-		for _, w := range sc.replan(services, cfg, in, sec, c.opts) {
+		for _, w := range sc.replan(services, cfg, in, sec, scope, c.opts) {
 			out = append(out, w)
 			if w.typeURL == resourcev3.ClusterType {
 				warm[sc.group] = append(warm[sc.group], warmedBy(w)...)

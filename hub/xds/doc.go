@@ -43,8 +43,8 @@
 // every sidecar; their listeners and clusters live in caches of their own
 // node ID (see sidecar), because they carry the inbound side of the pod
 // (the ports it serves, found by the pod IP of the node ID among the
-// endpoints of its cluster), its policy and, without interception, its
-// address. Load
+// endpoints of its cluster), its policy, its Sidecar scope and, without
+// interception, its address. Load
 // assignments are the proxy group's, as for proxyless clients: the two
 // kinds get the same bytes for the same group, so they share the cache.
 // A sidecar's state is freed when its node's last stream closes

@@ -148,7 +148,7 @@ func newSidecar(node *corev3.Node, services []*model.MergedService, cfg *istioco
 		return s
 	}
 	s.proxy.Inbound = xdsgen.SidecarInbound(services, cluster, sc.IP)
-	s.proxy.Security = s.security(services, cfg)
+	s.proxy.Security, s.proxy.Scope = s.policy(services, cfg)
 	for _, t := range sidecarTypes {
 		s.caches[t] = newWritten(t, sidecarResources(t, services, cfg, s.proxy, opts))
 	}
@@ -160,22 +160,28 @@ func (s *sidecar) inbound(services []*model.MergedService) []xdsgen.InboundPort 
 	return xdsgen.SidecarInbound(services, s.cluster, s.proxy.IP)
 }
 
-// security returns the policy of the sidecar's pod under cfg: by the
-// namespace and labels the registry has for its address, else by the
-// node's namespace.
-func (s *sidecar) security(services []*model.MergedService, cfg *istioconfig.Snapshot) istioconfig.WorkloadSecurity {
-	return workloadSecurity(services, cfg, s.cluster, s.proxy.IP, s.proxy.Namespace)
+// policy returns the security policy and the Sidecar scope of the
+// sidecar's pod under cfg: by the namespace and labels the registry has
+// for its address, else by the node's namespace.
+func (s *sidecar) policy(services []*model.MergedService, cfg *istioconfig.Snapshot) (istioconfig.WorkloadSecurity, *istioconfig.Sidecar) {
+	ns, labels, ok := workloadAt(services, s.cluster, s.proxy.IP)
+	if !ok {
+		ns = s.proxy.Namespace
+	}
+	return cfg.Workload(ns, labels), cfg.SidecarScope(ns, labels)
 }
 
 // replan regenerates the sidecar's resources from services under cfg,
-// with inbound as the ports its pod serves and sec as its policy, and
-// returns the writes that bring its caches up to date.
-func (s *sidecar) replan(services []*model.MergedService, cfg *istioconfig.Snapshot, inbound []xdsgen.InboundPort, sec istioconfig.WorkloadSecurity, opts xdsgen.Options) []write {
+// with inbound as the ports its pod serves, sec as its policy and scope
+// as its Sidecar, and returns the writes that bring its caches up to date.
+func (s *sidecar) replan(services []*model.MergedService, cfg *istioconfig.Snapshot, inbound []xdsgen.InboundPort,
+	sec istioconfig.WorkloadSecurity, scope *istioconfig.Sidecar, opts xdsgen.Options) []write {
 	if s.err != nil {
 		return nil
 	}
 	s.proxy.Inbound = inbound
 	s.proxy.Security = sec
+	s.proxy.Scope = scope
 	s.replans++
 	var out []write
 	for _, t := range sidecarTypes {

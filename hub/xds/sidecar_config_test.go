@@ -71,3 +71,43 @@ func TestSidecarConfigChanges(t *testing.T) {
 		t.Errorf("a DestinationRule regenerated the sidecar %d times, want once", sc.replans-before)
 	}
 }
+
+// TestSidecarScopeChanges: a Sidecar of the pod's namespace regenerates
+// that pod's sidecar, which then holds only the services its egress
+// hosts name; a push with the same configuration regenerates nothing.
+func TestSidecarScopeChanges(t *testing.T) {
+	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
+	c.plan([]model.Hostname{echo}, st.Service, nil)
+	sc := c.sidecars[node.GetId()]
+	outbound := func() []string {
+		var out []string
+		for n := range sc.caches[resourcev3.ClusterType].last {
+			if _, _, err := xdsgen.ParseClusterName(n); err == nil {
+				out = append(out, n)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := outbound(); !slices.Contains(got, xdsgen.ClusterName(echo, 8080)) {
+		t.Fatalf("unscoped sidecar clusters %v lack echo's", got)
+	}
+	// The pod's node is of namespace demo; this Sidecar names another
+	// namespace only.
+	scope := &istioconfig.Sidecar{Meta: meta("Sidecar", "default"), Spec: &networking.Sidecar{
+		Egress: []*networking.IstioEgressListener{{Hosts: []string{"elsewhere/*"}}},
+	}}
+	cfg := configOf(scope)
+	before := sc.replans
+	c.plan(nil, st.Service, cfg)
+	if sc.replans != before+1 {
+		t.Fatalf("a Sidecar of the pod's namespace regenerated the sidecar %d times, want once", sc.replans-before)
+	}
+	if got := outbound(); len(got) != 0 {
+		t.Errorf("scoped to namespace elsewhere, the sidecar holds %v", got)
+	}
+	c.plan([]model.Hostname{echo}, st.Service, cfg)
+	if sc.replans != before+1 {
+		t.Errorf("a push under the same Sidecar regenerated the sidecar")
+	}
+}

@@ -3,7 +3,6 @@ package xds
 import (
 	"net/netip"
 
-	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -23,16 +22,4 @@ func workloadAt(services []*model.MergedService, cluster model.ClusterID, ip net
 		}
 	}
 	return "", model.Labels{}, false
-}
-
-// workloadSecurity returns the security policy of the workload at ip in
-// cluster under cfg; fallbackNS is its namespace when the registry does
-// not know it yet (a sidecar's node names it), whose namespace-wide and
-// mesh-wide policies then apply.
-func workloadSecurity(services []*model.MergedService, cfg *istioconfig.Snapshot, cluster model.ClusterID, ip netip.Addr, fallbackNS string) istioconfig.WorkloadSecurity {
-	ns, labels, ok := workloadAt(services, cluster, ip)
-	if !ok {
-		ns = fallbackNS
-	}
-	return cfg.Workload(ns, labels)
 }

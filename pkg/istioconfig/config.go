@@ -101,6 +101,7 @@ type Snapshot struct {
 	vs            hostIndex[*VirtualService]
 	dr            hostIndex[*DestinationRule]
 	security      securityIndex
+	sidecars      sidecarIndex
 	shadowed      []Shadowed
 }
 
@@ -125,8 +126,15 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 	}
 	for _, o := range s.objects {
 		s.security.add(o)
+		if sc, ok := o.(*Sidecar); ok {
+			if s.sidecars == nil {
+				s.sidecars = sidecarIndex{}
+			}
+			s.sidecars[sc.Namespace] = append(s.sidecars[sc.Namespace], sc)
+		}
 	}
 	s.security.sort()
+	s.sidecars.sort()
 	// Who wins a host does not depend on the order of the claims (the
 	// oldest does), so the objects need no sorting; the losers are known
 	// once every claim is in.
@@ -269,7 +277,7 @@ func ResolveHost(host, ns, domainSuffix string) model.Hostname {
 }
 
 // Kinds are the kinds a Snapshot holds.
-var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule,
+var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule, validate.KindSidecar,
 	validate.KindPeerAuthentication, validate.KindAuthorizationPolicy}
 
 // hostIndex maps hostnames to the object that applies: exact hosts, and

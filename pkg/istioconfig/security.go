@@ -12,6 +12,14 @@ import (
 // none: Istio's meshConfig.rootNamespace defaults to istiod's namespace.
 const DefaultRootNamespace = "istio-system"
 
+// TLSModeLabel is the Pod label by which Istio's injector marks a
+// workload whose proxy (sidecar or agent) terminates Istio mutual TLS,
+// with value TLSModeIstio.
+const (
+	TLSModeLabel = "security.istio.io/tlsMode"
+	TLSModeIstio = "istio"
+)
+
 // PeerAuthentication is a valid PeerAuthentication.
 type PeerAuthentication struct {
 	Meta
@@ -55,11 +63,16 @@ type WorkloadSecurity struct {
 	// sorted by key. Policies with targetRefs (gateways, waypoints) are
 	// not among them.
 	AuthorizationPolicies []*AuthorizationPolicy
+	// Injected reports whether the Pod carries TLSModeLabel=TLSModeIstio:
+	// its proxy terminates mutual TLS, and clients use it (auto mTLS). A
+	// server that cannot take both on one port (proxyless gRPC) serves
+	// PERMISSIVE as STRICT when injected, else as DISABLE, as istiod does.
+	Injected bool
 }
 
 // Same reports whether w and o hold the very same objects.
 func (w WorkloadSecurity) Same(o WorkloadSecurity) bool {
-	return w.Mesh == o.Mesh && w.Namespace == o.Namespace && w.Workload == o.Workload &&
+	return w.Mesh == o.Mesh && w.Namespace == o.Namespace && w.Workload == o.Workload && w.Injected == o.Injected &&
 		slices.Equal(w.AuthorizationPolicies, o.AuthorizationPolicies)
 }
 
@@ -143,10 +156,11 @@ func (x *securityIndex) sort() {
 // Workload returns the security policy of a workload (a Pod) of namespace
 // ns with labels.
 func (s *Snapshot) Workload(ns string, labels model.Labels) WorkloadSecurity {
+	tlsMode, _ := labels.Get(TLSModeLabel)
 	if s == nil {
-		return WorkloadSecurity{}
+		return WorkloadSecurity{Injected: tlsMode == TLSModeIstio}
 	}
-	var w WorkloadSecurity
+	w := WorkloadSecurity{Injected: tlsMode == TLSModeIstio}
 	for _, p := range s.security.peer[s.rootNamespace] {
 		if p.Spec.GetSelector() == nil {
 			w.Mesh = p

@@ -168,3 +168,18 @@ func TestSecurityChanged(t *testing.T) {
 		t.Error("nil snapshots")
 	}
 }
+
+// TestWorkloadInjected: a Pod labelled security.istio.io/tlsMode=istio is
+// injected, with or without any policy.
+func TestWorkloadInjected(t *testing.T) {
+	meshed := model.NewLabels(map[string]string{"app": "echo", istioconfig.TLSModeLabel: istioconfig.TLSModeIstio})
+	plain := model.NewLabels(map[string]string{"app": "echo", istioconfig.TLSModeLabel: "disabled"})
+	for _, s := range []*istioconfig.Snapshot{nil, istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, nil)} {
+		if !s.Workload("demo", meshed).Injected || s.Workload("demo", plain).Injected || s.Workload("demo", model.Labels{}).Injected {
+			t.Errorf("Injected follows the tlsMode label")
+		}
+	}
+	if s := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, nil); s.Workload("demo", meshed).Same(s.Workload("demo", plain)) {
+		t.Error("Same ignores Injected")
+	}
+}

@@ -199,6 +199,11 @@
 // (AuthzHTTPFilters) before the router; TCP chains run AuthzNetworkFilters
 // before the TCP proxy.
 //
+// A Sidecar object (Sidecar.Scope) narrows the outbound side to the
+// services its egress hosts name (ScopedServices), and with
+// outboundTrafficPolicy REGISTRY_ONLY sends what no listener takes to
+// BlackHoleCluster; the shared routes are not scoped.
+//
 // The sidecar routes and clusters reuse the proxyless names, but not their
 // content (HTTP/2 options, TLS, circuit breakers), so the hub keeps them
 // in caches of their own; only the load assignments are shared.

@@ -22,10 +22,10 @@ import (
 const (
 	// TLSModeLabel is the Pod label "security.istio.io/tlsMode"; the
 	// injector sets it to TLSModeIstio.
-	TLSModeLabel = "security.istio.io/tlsMode"
+	TLSModeLabel = istioconfig.TLSModeLabel
 	// TLSModeIstio is TLSModeLabel's value on a workload that can take
 	// Istio mutual TLS.
-	TLSModeIstio = "istio"
+	TLSModeIstio = istioconfig.TLSModeIstio
 	// TransportSocketMatchKey is the filter_metadata namespace that
 	// Envoy's transport_socket_matches of a cluster compare with.
 	TransportSocketMatchKey = "envoy.transport_socket_match"

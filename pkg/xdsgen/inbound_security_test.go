@@ -457,10 +457,11 @@ func proxylessTLS(t *testing.T, l *listenerv3.Listener) bool {
 	return true
 }
 
-// TestProxylessInboundModes: a gRPC server's port needs mTLS under STRICT
-// and PERMISSIVE (grpc-go cannot serve both on one port), plaintext under
-// DISABLE, the hub's default where no policy sets a mode; the workload
-// policy's port level counts for the listening port.
+// TestProxylessInboundModes: a gRPC server's port needs mTLS under STRICT,
+// and under PERMISSIVE when its Pod is injected (grpc-go cannot serve
+// both on one port; an uninjected Pod's clients speak plaintext), plaintext
+// under DISABLE, the hub's default where no policy sets a mode; the
+// workload policy's port level counts for the listening port.
 func TestProxylessInboundModes(t *testing.T) {
 	addr := netip.MustParseAddrPort("10.2.0.1:50051")
 	for _, sec := range []bool{false, true} {
@@ -471,7 +472,8 @@ func TestProxylessInboundModes(t *testing.T) {
 			mtls bool
 		}{
 			{"strict", meshWide(security.PeerAuthentication_MutualTLS_STRICT), true},
-			{"permissive", meshWide(security.PeerAuthentication_MutualTLS_PERMISSIVE), true},
+			{"permissive", asInjected(meshWide(security.PeerAuthentication_MutualTLS_PERMISSIVE)), true},
+			{"permissive-uninjected", meshWide(security.PeerAuthentication_MutualTLS_PERMISSIVE), false},
 			{"disable", meshWide(security.PeerAuthentication_MutualTLS_DISABLE), false},
 			{"unset", meshWide(security.PeerAuthentication_MutualTLS_UNSET), sec},
 			{"none", istioconfig.WorkloadSecurity{}, sec},
@@ -551,4 +553,10 @@ func TestInboundSecurityValidateAll(t *testing.T) {
 			}
 		}
 	}
+}
+
+// asInjected is ws for a Pod labelled TLSModeLabel=TLSModeIstio.
+func asInjected(ws istioconfig.WorkloadSecurity) istioconfig.WorkloadSecurity {
+	ws.Injected = true
+	return ws
 }

@@ -386,11 +386,13 @@ func ParseInboundListenerName(name string) (netip.AddrPort, error) {
 // TLS. MTLSStrict: a DownstreamTlsContext requires a client certificate
 // (certificate provider instance CertProviderInstance, no SAN matchers:
 // grpc-go rejects them on the server side). MTLSDisable: plaintext.
-// MTLSPermissive is served as MTLSStrict: grpc-go cannot accept both on one
-// port, because its filter chain match has no TLS inspector (gRFC A36: it
-// drops chains whose transport_protocol is not "" or "raw_buffer", so it
-// cannot tell a ClientHello from plaintext), and mesh clients speak mTLS to
-// a permissive server anyway; a plaintext client is refused. The server
+// grpc-go cannot accept both on one port, because its filter chain match
+// has no TLS inspector (gRFC A36: it drops chains whose transport_protocol
+// is not "" or "raw_buffer", so it cannot tell a ClientHello from
+// plaintext). So MTLSPermissive is served as istiod serves it: as
+// MTLSStrict when the Pod is injected (sec.Injected: mesh clients speak
+// mTLS to it, auto mTLS), a plaintext client being refused; as
+// MTLSDisable otherwise (clients speak plaintext to it). The server
 // must have the certificate providers in its bootstrap whenever the mode is
 // not MTLSDisable, whatever opts.Security says.
 //
@@ -425,7 +427,7 @@ func InboundListener(addr netip.AddrPort, sec istioconfig.WorkloadSecurity, opts
 			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)},
 		}},
 	}
-	if proxylessMTLS(sec.MTLS(port, opts.DefaultMTLS())) {
+	if proxylessMTLS(sec.MTLS(port, opts.DefaultMTLS()), sec.Injected) {
 		fc.TransportSocket = downstreamTLS()
 	}
 	return &listenerv3.Listener{
@@ -441,8 +443,16 @@ func InboundListener(addr netip.AddrPort, sec istioconfig.WorkloadSecurity, opts
 }
 
 // proxylessMTLS reports whether a grpc-go server port in mode m requires
-// mTLS: every mode but MTLSDisable (see InboundListener for PERMISSIVE).
-func proxylessMTLS(m istioconfig.MTLSMode) bool { return m != istioconfig.MTLSDisable }
+// mTLS: STRICT; PERMISSIVE when the Pod is injected (see InboundListener).
+func proxylessMTLS(m istioconfig.MTLSMode, injected bool) bool {
+	switch m {
+	case istioconfig.MTLSDisable:
+		return false
+	case istioconfig.MTLSPermissive:
+		return injected
+	}
+	return true
+}
 
 // String describes opts for logs.
 func (o Options) String() string {

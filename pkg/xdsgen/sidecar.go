@@ -84,6 +84,31 @@ type Sidecar struct {
 	// the inbound chains. The zero value leaves every port to
 	// Options.DefaultMTLS and adds no authorization filter.
 	Security istioconfig.WorkloadSecurity
+	// Scope is the Sidecar object that applies to the pod
+	// (istioconfig.Snapshot.SidecarScope), nil when none does: its egress
+	// hosts limit the services whose outbound listeners and clusters the
+	// sidecar gets (ScopedServices), and outboundTrafficPolicy
+	// REGISTRY_ONLY sends what no listener takes to BlackHoleCluster
+	// instead of PassthroughCluster.
+	Scope *istioconfig.Sidecar
+}
+
+// ScopedServices returns, of services, those the sidecar sc sees: every
+// one without a Scope, else those some egress host of the Scope names (by
+// namespace and hostname, istioconfig.Sidecar.Sees). The shared routes
+// are not scoped (see SidecarRoutes), and an egress listener's port does
+// not narrow the ports of the services it names. It is pure.
+func ScopedServices(services []*model.MergedService, sc Sidecar) []*model.MergedService {
+	if sc.Scope == nil {
+		return services
+	}
+	out := make([]*model.MergedService, 0, len(services))
+	for _, ms := range services {
+		if ms != nil && ms.Service != nil && sc.Scope.Sees(ms.Service.Hostname, ms.Service.Namespace) {
+			out = append(out, ms)
+		}
+	}
+	return out
 }
 
 // InboundPort is one port a sidecar's workload serves.

@@ -24,7 +24,8 @@ const localhost = "127.0.0.1"
 
 // SidecarClusters returns the clusters of an Envoy sidecar, sorted by name:
 //
-//   - outbound|<port>||<hostname> for every port of every service: EDS over
+//   - outbound|<port>||<hostname> for every port of every service the
+//     sidecar sees (ScopedServices: all of them without a Sidecar scope): EDS over
 //     ADS under the same name (the assignments are LoadAssignments, shared
 //     with proxyless clients), least-request balancing, HTTP/2 towards
 //     HTTP2 and GRPC ports, istiod's unlimited circuit breakers, and auto
@@ -52,7 +53,7 @@ const localhost = "127.0.0.1"
 // PeerAuthentication. It is pure.
 func SidecarClusters(services []*model.MergedService, config *istioconfig.Snapshot, sc Sidecar, opts Options) []*clusterv3.Cluster {
 	out := []*clusterv3.Cluster{passthroughCluster(), blackHoleCluster()}
-	for _, ms := range sortedServices(services) {
+	for _, ms := range sortedServices(ScopedServices(services, sc)) {
 		out = append(out, outboundClusters(ms, config.Host(ms.Service.Hostname).DestinationRule, config, opts)...)
 	}
 	for _, p := range sc.Inbound {

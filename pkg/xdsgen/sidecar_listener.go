@@ -44,8 +44,9 @@ const (
 // SidecarListeners returns the listeners of an Envoy sidecar, sorted by
 // name.
 //
-// Outbound, one listener per service port number (reserved ports
-// excepted): a port with an HTTP-family service gets an
+// Outbound, one listener per service port number of the services the
+// sidecar sees (ScopedServices; reserved ports excepted): a port with an
+// HTTP-family service gets an
 // HttpConnectionManager that fetches route SidecarRouteName(port) over ADS
 // and routes by authority, with the fault and CORS filters (inert unless
 // a VirtualService route configures them) before the router; a port with only TCP services gets a TCP proxy
@@ -54,7 +55,8 @@ const (
 // (bind_to_port false): virtualOutbound on 0.0.0.0:15001 accepts what
 // iptables redirects and hands each connection to the listener of its
 // original destination port (use_original_dst), or passes it through to
-// PassthroughClusterName (connections to 15001 itself go to
+// PassthroughClusterName (BlackHoleClusterName under a Sidecar with
+// outboundTrafficPolicy REGISTRY_ONLY; connections to 15001 itself go to
 // BlackHoleClusterName, which breaks loops). In NONE mode the listeners
 // bind for real on 127.0.0.1:<port> ("127.0.0.1_<port>", the app dials
 // localhost) and there is no virtual listener; a port that the workload
@@ -88,7 +90,7 @@ const (
 // It is pure.
 func SidecarListeners(services []*model.MergedService, sc Sidecar, opts Options) []*listenerv3.Listener {
 	var out []*listenerv3.Listener
-	for _, p := range outboundPorts(services) {
+	for _, p := range outboundPorts(ScopedServices(services, sc)) {
 		if sc.bindsPorts() && sc.serves(p.port) {
 			continue
 		}
@@ -137,7 +139,8 @@ func outboundListener(p outboundPort, sc Sidecar) *listenerv3.Listener {
 
 // virtualOutboundListener receives the outbound connections iptables
 // redirects to 15001 and hands each to the listener of its original
-// destination; what no listener takes is passed through.
+// destination; what no listener takes is passed through (or refused, see
+// catchAllCluster).
 func virtualOutboundListener(sc Sidecar) *listenerv3.Listener {
 	return &listenerv3.Listener{
 		Name:           VirtualOutboundListenerName,
@@ -154,11 +157,21 @@ func virtualOutboundListener(sc Sidecar) *listenerv3.Listener {
 			},
 			{
 				Name:    VirtualOutboundListenerName + "-catchall-tcp",
-				Filters: []*listenerv3.Filter{tcpProxy(PassthroughClusterName)},
+				Filters: []*listenerv3.Filter{tcpProxy(catchAllCluster(sc))},
 			},
 		},
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
 	}
+}
+
+// catchAllCluster is where virtualOutbound sends a connection no listener
+// takes: PassthroughCluster, or BlackHoleCluster when the pod's Sidecar
+// says outboundTrafficPolicy REGISTRY_ONLY.
+func catchAllCluster(sc Sidecar) string {
+	if sc.Scope.OutboundRegistryOnly() {
+		return BlackHoleClusterName
+	}
+	return PassthroughClusterName
 }
 
 // transparent is the Transparent setting of the virtual listeners.

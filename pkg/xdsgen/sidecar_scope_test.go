@@ -1,0 +1,88 @@
+package xdsgen
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/pkg/istioconfig"
+	"github.com/meshfed/meshfed/pkg/model"
+)
+
+func scope(ns string, registryOnly bool, hosts ...string) *istioconfig.Sidecar {
+	spec := &networking.Sidecar{}
+	if hosts != nil {
+		spec.Egress = []*networking.IstioEgressListener{{Hosts: hosts}}
+	}
+	if registryOnly {
+		spec.OutboundTrafficPolicy = &networking.OutboundTrafficPolicy{Mode: networking.OutboundTrafficPolicy_REGISTRY_ONLY}
+	}
+	return &istioconfig.Sidecar{Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: "Sidecar", Namespace: ns, Name: "default"}}, Spec: spec}
+}
+
+// TestSidecarScope: a Sidecar's egress hosts limit the outbound listeners
+// and clusters a sidecar gets to the services they name; the inbound side
+// and the static clusters stay; REGISTRY_ONLY sends unknown destinations
+// to the black hole.
+func TestSidecarScope(t *testing.T) {
+	services := append(sidecarServices(), svcOn("other", "elsewhere", 5000, model.ProtocolHTTP))
+	for _, m := range []Interception{InterceptRedirect, InterceptNone} {
+		all := sidecarOf(m)
+		scoped := sidecarOf(m)
+		scoped.Scope = scope("demo", false, "./tcp-echo.demo.svc.cluster.local")
+
+		clusterNames := func(sc Sidecar) []string {
+			var out []string
+			for _, c := range SidecarClusters(services, nil, sc, Options{}) {
+				out = append(out, c.GetName())
+			}
+			return out
+		}
+		full, narrow := clusterNames(all), clusterNames(scoped)
+		for _, want := range []string{ClusterName("other.elsewhere.svc.cluster.local", 5000), ClusterName("echo.demo.svc.cluster.local", 8080)} {
+			if !slices.Contains(full, want) || slices.Contains(narrow, want) {
+				t.Errorf("%s: cluster %s: in all %t, in scoped %t; want only without scope", m, want, slices.Contains(full, want), slices.Contains(narrow, want))
+			}
+		}
+		for _, want := range []string{ClusterName("tcp-echo.demo.svc.cluster.local", 9000), InboundClusterName(8081), PassthroughClusterName, BlackHoleClusterName} {
+			if !slices.Contains(narrow, want) {
+				t.Errorf("%s: scoped clusters %v lack %s", m, narrow, want)
+			}
+		}
+
+		outbound := func(sc Sidecar) []string {
+			var out []string
+			for _, l := range SidecarListeners(services, sc, Options{}) {
+				if n := l.GetName(); !strings.HasPrefix(n, "virtual") && !strings.Contains(n, sidecarPodIP.String()) {
+					out = append(out, n)
+				}
+			}
+			return out
+		}
+		// 9000 is the scoped service's port; 8080, 7070 and 5000 go.
+		if got := outbound(scoped); len(got) != 1 || !strings.HasSuffix(got[0], "_9000") {
+			t.Errorf("%s: scoped outbound listeners %v, want only port 9000's (all: %v)", m, got, outbound(all))
+		}
+	}
+
+	catchAll := func(sc Sidecar) string {
+		for _, l := range SidecarListeners(services, sc, Options{}) {
+			if l.GetName() == VirtualOutboundListenerName {
+				fc := l.GetFilterChains()[len(l.GetFilterChains())-1]
+				return string(fc.GetFilters()[0].GetTypedConfig().GetValue())
+			}
+		}
+		return ""
+	}
+	open, closed := sidecarOf(InterceptRedirect), sidecarOf(InterceptRedirect)
+	open.Scope = scope("demo", false, "./*")
+	closed.Scope = scope("demo", true, "./*")
+	if got := catchAll(open); !strings.Contains(got, PassthroughClusterName) {
+		t.Errorf("ALLOW_ANY: the catch-all goes to %q, want %s", got, PassthroughClusterName)
+	}
+	if got := catchAll(closed); !strings.Contains(got, BlackHoleClusterName) || strings.Contains(got, PassthroughClusterName) {
+		t.Errorf("REGISTRY_ONLY: the catch-all goes to %q, want %s", got, BlackHoleClusterName)
+	}
+}
