@@ -7,6 +7,7 @@ import (
 	"time"
 
 	networking "istio.io/api/networking/v1alpha3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -43,8 +44,8 @@ func newConfigMesh() *configMesh {
 	m := &configMesh{byHost: map[model.Hostname]*model.MergedService{}}
 	// Two label sets for the whole mesh, interned as the registry does.
 	versions := []model.Labels{
-		model.NewLabels(map[string]string{"app": "svc", "version": "v1"}),
-		model.NewLabels(map[string]string{"app": "svc", "version": "v2"}),
+		model.NewLabels(map[string]string{"app": "svc", "version": "v1", TLSModeLabel: TLSModeIstio}),
+		model.NewLabels(map[string]string{"app": "svc", "version": "v2", TLSModeLabel: TLSModeIstio}),
 	}
 	for s := range configMeshServices {
 		name := fmt.Sprintf("svc-%04d", s)
@@ -185,6 +186,9 @@ func upserted(plan Plan) int {
 //   - change=destinationrule: one host's DestinationRule is replaced by
 //     one of another load balancer (its clusters change; its groups' load
 //     assignments are rebuilt and found equal);
+//   - change=peerauthentication: the namespace's PeerAuthentication goes
+//     from DISABLE to STRICT, so every host's clusters gain mutual TLS
+//     (auto mTLS) and all 1,000 hosts are planned again;
 //   - change=all-hosts: every object is replaced and every VirtualService
 //     has other weights, so all 1,000 hosts are rebuilt, what planning
 //     every host on any change would cost;
@@ -204,6 +208,14 @@ func BenchmarkPlanConfigChange(b *testing.B) {
 	})
 	b.Run("change=destinationrule", func(b *testing.B) {
 		benchConfigChange(b, m, base, m.snapshot(subsetsRule(m.names[0], networking.LoadBalancerSettings_LEAST_REQUEST)))
+	})
+	b.Run("change=peerauthentication", func(b *testing.B) {
+		pa := func(mode securityv1beta1.PeerAuthentication_MutualTLS_Mode) *istioconfig.PeerAuthentication {
+			return &istioconfig.PeerAuthentication{Meta: configMeta("PeerAuthentication", "default"),
+				Spec: &securityv1beta1.PeerAuthentication{Mtls: &securityv1beta1.PeerAuthentication_MutualTLS{Mode: mode}}}
+		}
+		benchConfigChange(b, m, m.snapshot(pa(securityv1beta1.PeerAuthentication_MutualTLS_DISABLE)),
+			m.snapshot(pa(securityv1beta1.PeerAuthentication_MutualTLS_STRICT)))
 	})
 	b.Run("change=all-hosts", func(b *testing.B) {
 		var all []istioconfig.Object
