@@ -187,6 +187,11 @@ func walkField(e *errs, p *field.Path, v any, fd protoreflect.FieldDescriptor) a
 			return v
 		}
 		for _, k := range slices.Sorted(maps.Keys(m)) {
+			if m[k] == nil && !isNullValue(fd.MapValue()) {
+				// protojson refuses a null element without naming it.
+				e.add(p.Key(k), "must not be null")
+				continue
+			}
 			m[k] = walkValue(e, p.Key(k), m[k], fd.MapValue())
 		}
 		return m
@@ -197,11 +202,21 @@ func walkField(e *errs, p *field.Path, v any, fd protoreflect.FieldDescriptor) a
 			return v
 		}
 		for i := range l {
+			if l[i] == nil && !isNullValue(fd) {
+				e.add(p.Index(i), "must not be null")
+				continue
+			}
 			l[i] = walkValue(e, p.Index(i), l[i], fd)
 		}
 		return l
 	}
 	return walkValue(e, p, v, fd)
+}
+
+// isNullValue reports whether JSON null is a value of fd's kind:
+// google.protobuf.Value (and Struct's values) only.
+func isNullValue(fd protoreflect.FieldDescriptor) bool {
+	return fd.Kind() == protoreflect.MessageKind && fd.Message().FullName() == "google.protobuf.Value"
 }
 
 // walkValue checks one value (a single field, or an element of a list or

@@ -181,6 +181,14 @@ tcp: [{route: [{destination: {host: a, prt: {number: 1}}}]}]
 hosts: [a]
 http: [{route: [{destination: {host: a}, weight: "ten"}]}]
 `, want: []string{`spec.http[0].route[0].weight: must be a number, got "ten"`}},
+		{name: "null elements", spec: `
+hosts: [a, null]
+http: [null, {route: [{destination: {host: a}, headers: {request: {set: {x-a: null}}}}]}]
+`, want: []string{
+			"spec.hosts[1]: must not be null",
+			"spec.http[0]: must not be null",
+			"spec.http[1].route[0].headers.request.set[x-a]: must not be null",
+		}},
 		{name: "types", spec: `
 hosts: a
 http:
