@@ -32,38 +32,13 @@ func TestMTLSAcrossClusters(t *testing.T) {
 	certs := &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots}
 
 	c1, c2 := f.Remote("cluster-1"), f.Remote("cluster-2")
-	w, err := c2.DeployWorkload(ctx, framework.WorkloadOptions{
+	w := deployServing(t, c2, framework.WorkloadOptions{
 		Namespace: "demo", Service: "echo", Replicas: 2,
 		XDS: &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: certs},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	wctx, cancel := context.WithTimeout(ctx, converge)
-	defer cancel()
-	if err := w.WaitServing(wctx); err != nil {
-		t.Fatal(err)
-	}
 
 	// The client's own identity: service account demo/client of cluster-1.
-	serviceAccountToken(t, c1, "demo", "client", framework.CertAudience)
-	actx, acancel := context.WithTimeout(ctx, converge)
-	defer acancel()
-	ag, err := c1.StartCertAgent(actx, "demo", "client", t.TempDir(), *certs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ag.Stop)
-	client := framework.NewTestXDSClient(t, framework.ClientOptions{
-		HubAddr: hub.XDSAddr(), Cluster: c1.ID, Namespace: "demo", Locality: c1.Locality,
-		Name: "client", CertDir: ag.Dir(),
-	})
-	conn, err := client.Dial(w.Target())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialXDS(t, certClientOptions(t, c1, hub, certs, "client"), w.Target())
 	counts := expectClusters(t, conn, 20, "cluster-2")
 	t.Logf("mTLS answers: %v", counts)
 

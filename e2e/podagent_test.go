@@ -41,19 +41,10 @@ func TestGRPCAgentPod(t *testing.T) {
 	rootsPEM, roots := waitTrustBundle(t, hub)
 
 	c1, c2 := f.Remote("cluster-1"), f.Remote("cluster-2")
-	w, err := c2.DeployWorkload(ctx, framework.WorkloadOptions{
+	w := deployServing(t, c2, framework.WorkloadOptions{
 		Namespace: "demo", Service: "echo", Replicas: 2,
 		XDS: &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	wctx, wcancel := context.WithTimeout(ctx, converge)
-	defer wcancel()
-	if err := w.WaitServing(wctx); err != nil {
-		t.Fatal(err)
-	}
 
 	// The client Pod, injected by the spoke's injector with the values the
 	// spoke chart would give it.

@@ -73,7 +73,7 @@ func TestRootRotation(t *testing.T) {
 	c1, c2 := f.Remote("cluster-1"), f.Remote("cluster-2")
 	// One server replica: a refused handshake then leaves the client no
 	// other backend to hide behind, and fails calls.
-	w, err := c2.DeployWorkload(ctx, framework.WorkloadOptions{
+	w := deployServing(t, c2, framework.WorkloadOptions{
 		Namespace: "demo", Service: "echo", Replicas: 1,
 		XDS: &framework.XDSWorkloadOptions{
 			HubAddr:          hub0.XDSAddr(),
@@ -81,15 +81,6 @@ func TestRootRotation(t *testing.T) {
 			MaxConnectionAge: 500 * time.Millisecond,
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	wctx, wcancel := context.WithTimeout(ctx, converge)
-	defer wcancel()
-	if err := w.WaitServing(wctx); err != nil {
-		t.Fatal(err)
-	}
 	serverDir := w.Replicas()[0].CertDir
 
 	serviceAccountToken(t, c1, "demo", "client", framework.CertAudience)

@@ -170,40 +170,12 @@ func TestProxylessSecurityPolicy(t *testing.T) {
 	_, roots := waitTrustBundle(t, hub)
 	certs := &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots}
 	c1 := f.Remote("cluster-1")
-	w, err := c1.DeployWorkload(ctx, framework.WorkloadOptions{
+	w := deployServing(t, c1, framework.WorkloadOptions{
 		Namespace: "demo", Service: "echo", Replicas: 1,
 		XDS: &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: certs},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
-	wctx, cancel := context.WithTimeout(ctx, converge)
-	defer cancel()
-	if err := w.WaitServing(wctx); err != nil {
-		t.Fatal(err)
-	}
-
-	dial := func(sa string) *framework.XDSConn {
-		serviceAccountToken(t, c1, "demo", sa, framework.CertAudience)
-		actx, cancel := context.WithTimeout(ctx, converge)
-		defer cancel()
-		ag, err := c1.StartCertAgent(actx, "demo", sa, t.TempDir(), *certs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(ag.Stop)
-		cl := framework.NewTestXDSClient(t, framework.ClientOptions{
-			HubAddr: hub.XDSAddr(), Cluster: c1.ID, Namespace: "demo", Locality: c1.Locality, Name: sa, CertDir: ag.Dir(),
-		})
-		conn, err := cl.Dial(w.Target())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		return conn
-	}
-	client, other := dial("client"), dial("other")
+	client := dialXDS(t, certClientOptions(t, c1, hub, certs, "client"), w.Target())
+	other := dialXDS(t, certClientOptions(t, c1, hub, certs, "other"), w.Target())
 
 	rep := w.Replicas()[0]
 	direct, err := grpc.NewClient(netip.AddrPortFrom(rep.PodIP, rep.Addr.Port()).String(),
