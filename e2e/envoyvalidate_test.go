@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,8 +33,12 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	networking "istio.io/api/networking/v1alpha3"
+	securityv1beta1 "istio.io/api/security/v1beta1"
+	typev1beta1 "istio.io/api/type/v1beta1"
 
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/testutil"
@@ -65,27 +70,89 @@ func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
 	secrets := throwawaySecrets(t)
 	services := validateFixture()
 	pod := netip.MustParseAddr("10.1.0.1")
+	meshed, sec, scope := mixedPolicy(services)
 	for _, mode := range []xdsgen.Interception{xdsgen.InterceptRedirect, xdsgen.InterceptTProxy, xdsgen.InterceptNone} {
 		for _, security := range []bool{false, true} {
-			sc := xdsgen.Sidecar{
-				IP:           pod,
-				Namespace:    "demo",
-				Interception: mode,
-				Inbound:      xdsgen.SidecarInbound(services, "cluster-1", pod),
+			for _, policy := range []bool{false, true} {
+				svcs := services
+				sc := xdsgen.Sidecar{
+					IP:           pod,
+					Namespace:    "demo",
+					Interception: mode,
+					Inbound:      xdsgen.SidecarInbound(services, "cluster-1", pod),
+				}
+				if policy {
+					svcs, sc.Security, sc.Scope = meshed, sec, scope
+				}
+				opts := xdsgen.Options{Security: security}
+				listeners := xdsgen.SidecarListeners(svcs, sc, opts)
+				clusters := xdsgen.SidecarClusters(svcs, nil, sc, opts)
+				routes := xdsgen.SidecarRoutes(svcs, nil, opts)
+				name := fmt.Sprintf("%s/security=%t/policy=%t", mode, security, policy)
+				t.Run(name+"/served", func(t *testing.T) {
+					runEnvoyValidate(t, bin, servedBootstrap(listeners, clusters))
+				})
+				t.Run(name+"/static", func(t *testing.T) {
+					runEnvoyValidate(t, bin, staticBootstrap(t, svcs, listeners, clusters, routes, secrets))
+				})
 			}
-			opts := xdsgen.Options{Security: security}
-			listeners := xdsgen.SidecarListeners(services, sc, opts)
-			clusters := xdsgen.SidecarClusters(services, nil, sc, opts)
-			routes := xdsgen.SidecarRoutes(services, nil, opts)
-			name := fmt.Sprintf("%s/security=%t", mode, security)
-			t.Run(name+"/served", func(t *testing.T) {
-				runEnvoyValidate(t, bin, servedBootstrap(listeners, clusters))
-			})
-			t.Run(name+"/static", func(t *testing.T) {
-				runEnvoyValidate(t, bin, staticBootstrap(t, services, listeners, clusters, routes, secrets))
-			})
 		}
 	}
+}
+
+// mixedPolicy is what makes every shape of a sidecar's security: the
+// services with their Pods injected (auto mTLS: transport socket matches
+// and endpoint metadata), a pod policy that is PERMISSIVE (TLS and
+// plaintext chains) but DISABLE on 8081 and STRICT on 9001, AUDIT, DENY
+// and ALLOW authorization on its HTTP and TCP chains, and a Sidecar with
+// REGISTRY_ONLY whose egress names both namespaces of the fixture (the
+// shared routes are not scoped: a route to a service out of scope would
+// name a cluster the sidecar lacks, which the static check refuses and
+// RDS, not validating clusters, would answer with 503).
+func mixedPolicy(services []*model.MergedService) ([]*model.MergedService, istioconfig.WorkloadSecurity, *istioconfig.Sidecar) {
+	injected := model.NewLabels(map[string]string{"app": "echo", xdsgen.TLSModeLabel: xdsgen.TLSModeIstio})
+	var meshed []*model.MergedService
+	for _, ms := range services {
+		c := *ms
+		c.Endpoints = slices.Clone(ms.Endpoints)
+		for i := range c.Endpoints {
+			c.Endpoints[i].Labels = injected
+		}
+		meshed = append(meshed, &c)
+	}
+	meta := func(kind string) istioconfig.Meta {
+		return istioconfig.Meta{Key: istioconfig.Key{Kind: kind, Namespace: "demo", Name: "mixed"}}
+	}
+	pa := &istioconfig.PeerAuthentication{Meta: meta("PeerAuthentication"), Spec: &securityv1beta1.PeerAuthentication{
+		Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "echo"}},
+		Mtls:     &securityv1beta1.PeerAuthentication_MutualTLS{Mode: securityv1beta1.PeerAuthentication_MutualTLS_PERMISSIVE},
+		PortLevelMtls: map[uint32]*securityv1beta1.PeerAuthentication_MutualTLS{
+			8081: {Mode: securityv1beta1.PeerAuthentication_MutualTLS_DISABLE},
+			9001: {Mode: securityv1beta1.PeerAuthentication_MutualTLS_STRICT},
+		},
+	}}
+	authz := func(name string, action securityv1beta1.AuthorizationPolicy_Action, rule *securityv1beta1.Rule) *istioconfig.AuthorizationPolicy {
+		m := meta("AuthorizationPolicy")
+		m.Name = name
+		return &istioconfig.AuthorizationPolicy{Meta: m, Spec: &securityv1beta1.AuthorizationPolicy{Action: action, Rules: []*securityv1beta1.Rule{rule}}}
+	}
+	from := func(principals ...string) []*securityv1beta1.Rule_From {
+		return []*securityv1beta1.Rule_From{{Source: &securityv1beta1.Source{Principals: principals, NotNamespaces: []string{"evil"}}}}
+	}
+	to := []*securityv1beta1.Rule_To{{Operation: &securityv1beta1.Operation{Paths: []string{"/ok", "/api/*"}, Methods: []string{"GET"}, Ports: []string{"8081"}}}}
+	policies := []*istioconfig.AuthorizationPolicy{
+		authz("allow", securityv1beta1.AuthorizationPolicy_ALLOW, &securityv1beta1.Rule{From: from("cluster.local/ns/demo/sa/*"), To: to}),
+		authz("audit", securityv1beta1.AuthorizationPolicy_AUDIT, &securityv1beta1.Rule{To: to}),
+		authz("deny", securityv1beta1.AuthorizationPolicy_DENY, &securityv1beta1.Rule{
+			From: from("cluster.local/ns/demo/sa/bad"),
+			When: []*securityv1beta1.Condition{{Key: "request.headers[x-bad]", Values: []string{"1"}}},
+		}),
+	}
+	scope := &istioconfig.Sidecar{Meta: meta("Sidecar"), Spec: &networking.Sidecar{
+		Egress:                []*networking.IstioEgressListener{{Hosts: []string{"./*", "other/*"}}},
+		OutboundTrafficPolicy: &networking.OutboundTrafficPolicy{Mode: networking.OutboundTrafficPolicy_REGISTRY_ONLY},
+	}}
+	return meshed, istioconfig.WorkloadSecurity{Workload: pa, AuthorizationPolicies: policies, Injected: true}, scope
 }
 
 // TestEnvoyRejectsForkFilter shows that the check can fail, and why only
