@@ -243,12 +243,12 @@ func authzMappingCases() []authzMappingCase {
 			policy(permAny(), idOr(
 				idAuthn(smRegex(`spiffe://[^/]+/ns/demo/sa/web`)),
 				idAuthn(smRegex(`spiffe://[^/]+/ns/other/sa/api`))))},
-		{"ipBlocks", `[{from: [{source: {ipBlocks: ["10.1.2.3", "10.2.0.0/16"], notIpBlocks: ["2001:db8::/32"]}}]}]`,
+		{"ipBlocks", `[{from: [{source: {ipBlocks: ["10.1.2.3", "10.2.0.0/16"], notIpBlocks: ["fd00:db8::/32"]}}]}]`,
 			policy(permAny(), idAnd(
 				idOr(idDirect("10.1.2.3", 32), idDirect("10.2.0.0", 16)),
-				idNot(idDirect("2001:db8::", 32))))},
-		{"remoteIpBlocks", `[{from: [{source: {remoteIpBlocks: ["192.0.2.7/24"]}}]}]`,
-			policy(permAny(), idRemote("192.0.2.0", 24))},
+				idNot(idDirect("fd00:db8::", 32))))},
+		{"remoteIpBlocks", `[{from: [{source: {remoteIpBlocks: ["198.18.2.7/24"]}}]}]`,
+			policy(permAny(), idRemote("198.18.2.0", 24))},
 		{"fields of a source AND", `[{from: [{source: {principals: ["td/ns/a/sa/b"], ipBlocks: ["10.0.0.1"]}}]}]`,
 			policy(permAny(), idAnd(spiffe("td/ns/a/sa/b"), idDirect("10.0.0.1", 32)))},
 		{"from entries OR", `[{from: [{source: {namespaces: ["x"]}}, {source: {ipBlocks: ["10.0.0.1"]}}]}]`,
@@ -433,7 +433,7 @@ func checkNotes(t *testing.T, got []RouteNote, want []noteWant) {
 func TestAuthzGRPCFallback(t *testing.T) {
 	allow := mustAuthz(t, "p", `
 rules:
-- from: [{source: {remoteIpBlocks: ["192.0.2.0/24"]}}]
+- from: [{source: {remoteIpBlocks: ["198.18.2.0/24"]}}]
 - to: [{operation: {paths: ["/ok"]}}]
   when: [{key: "request.headers[grpc-timeout]", values: ["1S"]}]
 - to: [{operation: {paths: ["/pkg.Svc/Get"]}}]
@@ -445,7 +445,7 @@ rules:
 	}
 	envoy := httpRBACs(t, AuthzHTTPFilters([]*istioconfig.AuthorizationPolicy{allow}, ProxyEnvoy, Options{}))
 	wantEnvoy := map[string]*rbacv3.Policy{
-		"ns-demo-policy-p-rule-0": policy(permAny(), idRemote("192.0.2.0", 24)),
+		"ns-demo-policy-p-rule-0": policy(permAny(), idRemote("198.18.2.0", 24)),
 		"ns-demo-policy-p-rule-1": policy(permPath(smExact("/ok")), idHeader("grpc-timeout", smExact("1S"))),
 		"ns-demo-policy-p-rule-2": policy(permPath(smExact("/pkg.Svc/Get")), idAny()),
 	}
@@ -456,7 +456,7 @@ rules:
 	deny := mustAuthz(t, "d", `
 action: DENY
 rules:
-- from: [{source: {remoteIpBlocks: ["192.0.2.0/24"], namespaces: ["x"]}}]
+- from: [{source: {remoteIpBlocks: ["198.18.2.0/24"], namespaces: ["x"]}}]
   to: [{operation: {paths: ["/admin*"]}}]
   when: [{key: connection.sni, values: ["x"]}]
 `)
@@ -718,10 +718,10 @@ var authzSeeds = []string{
 	`{"rules":[{}]}`,
 	`{"action":"AUDIT","rules":[{"from":[{"source":{"principals":["*"]}}]}]}`,
 	`{"action":"CUSTOM","provider":{"name":"x"},"rules":[{}]}`,
-	`{"rules":[{"from":[{"source":{"principals":["a","*b","c*",""],"notPrincipals":["*"],"requestPrincipals":["i/s"],"notRequestPrincipals":["*"],"namespaces":["n","*","a*b"],"notNamespaces":["x"],"ipBlocks":["1.2.3.4","10.0.0.0/8","::1","bad"],"notIpBlocks":["fe80::/10"],"remoteIpBlocks":["5.6.7.8"],"notRemoteIpBlocks":["9.9.9.0/24"]}}]}]}`,
+	`{"rules":[{"from":[{"source":{"principals":["a","*b","c*",""],"notPrincipals":["*"],"requestPrincipals":["i/s"],"notRequestPrincipals":["*"],"namespaces":["n","*","a*b"],"notNamespaces":["x"],"ipBlocks":["127.0.0.4","10.0.0.0/8","::1","bad"],"notIpBlocks":["fe80::/10"],"remoteIpBlocks":["127.0.0.8"],"notRemoteIpBlocks":["127.0.9.0/24"]}}]}]}`,
 	`{"action":"DENY","rules":[{"from":[{"source":{"serviceAccounts":["sa","ns/sa","a/b/c","/x"],"notServiceAccounts":["ns/"],"trustDomains":["td","*","t*"],"notTrustDomains":["*d"]}}]}]}`,
 	`{"rules":[{"to":[{"operation":{"hosts":["h","*.h","h*","*"],"notHosts":["x"],"ports":["80","0","70000","x"],"notPorts":["81"],"methods":["GET","*"],"notMethods":["PUT"],"paths":["/a","/b*","*c","*","/{*}/x","/{**}"],"notPaths":["/z"]}}]}]}`,
-	`{"action":"DENY","rules":[{"when":[{"key":"request.headers[X-A]","values":["1","*"]},{"key":"request.headers[]","values":["1"]},{"key":"request.headers[grpc-x]","values":["1"]},{"key":"request.headers[:scheme]","notValues":["http"]},{"key":"source.ip","values":["1.1.1.1"]},{"key":"remote.ip","values":["2.2.2.2"]},{"key":"source.namespace","values":["n"]},{"key":"source.principal","values":["p"]},{"key":"source.serviceAccount","values":["s"]},{"key":"destination.ip","values":["3.3.3.3"]},{"key":"destination.port","values":["443"]},{"key":"connection.sni","values":["*.x"]},{"key":"request.auth.claims[iss]","values":["i"]},{"key":"experimental.envoy.filters.a[b]","values":["c"]},{"key":"nonsense","values":["x"]},{"key":"source.ip"}]}]}`,
+	`{"action":"DENY","rules":[{"when":[{"key":"request.headers[X-A]","values":["1","*"]},{"key":"request.headers[]","values":["1"]},{"key":"request.headers[grpc-x]","values":["1"]},{"key":"request.headers[:scheme]","notValues":["http"]},{"key":"source.ip","values":["127.0.0.11"]},{"key":"remote.ip","values":["127.0.0.12"]},{"key":"source.namespace","values":["n"]},{"key":"source.principal","values":["p"]},{"key":"source.serviceAccount","values":["s"]},{"key":"destination.ip","values":["127.0.0.13"]},{"key":"destination.port","values":["443"]},{"key":"connection.sni","values":["*.x"]},{"key":"request.auth.claims[iss]","values":["i"]},{"key":"experimental.envoy.filters.a[b]","values":["c"]},{"key":"nonsense","values":["x"]},{"key":"source.ip"}]}]}`,
 	`{"rules":[{"when":[{"key":"request.headers[a\nb]","values":["1"]}],"to":[{"operation":{"paths":[""]}}]}]}`,
 }
 
@@ -794,7 +794,7 @@ func FuzzAuthzFilters(f *testing.F) {
 // ports, header names and characters at the edges of what is valid.
 var fuzzValues = []string{
 	"", "*", "a*", "*a", "a*b", "**", "a", "GET", "/pkg.Svc/Get", "/{*}/x", "/{**}",
-	"10.0.0.1", "10.0.0.0/8", "10.0.0.0/33", "::1", "fe80::1%eth0", "2001:db8::/129",
+	"10.0.0.1", "10.0.0.0/8", "10.0.0.0/33", "::1", "fe80::1%eth0", "fd00:db8::/129",
 	"80", "0", "65536", "-1", "ns/sa", "a/b/c", "/", "(", "\\", "é", "x\ny", "\x00",
 	"cluster.local/ns/demo/sa/web", "td/*",
 }

@@ -97,7 +97,7 @@ rules:
   - source:
       principals: [cluster.local/ns/default/sa/productpage, "*/ns/prod/*"]
       notRequestPrincipals: ["*"]
-      ipBlocks: [10.0.0.0/8, 203.0.113.4, "2001:db8::/32"]
+      ipBlocks: [10.0.0.0/8, 198.18.113.4, "fd00:db8::/32"]
       notRemoteIpBlocks: ["::1"]
   - source: {serviceAccounts: [default/sleep, sleep], trustDomains: [cluster.local]}
   to:
@@ -111,7 +111,7 @@ rules:
   - {key: "request.headers[x-user]", notValues: [mallory]}
   - {key: destination.port, values: ["9080"]}
   - {key: source.ip, notValues: [10.1.0.0/16]}
-  - {key: remote.ip, values: [1.2.3.4/24]}
+  - {key: remote.ip, values: [198.18.3.4/24]}
   - {key: destination.ip, values: ["::1"]}
   - {key: source.namespace, values: [prod]}
   - {key: source.principal, values: [cluster.local/ns/prod/sa/a]}
@@ -146,12 +146,12 @@ action: CUSTOM
 provider: {name: ext-authz}
 rules:
 - from:
-  - source: {principals: [a], ipBlocks: [1.2.3.4], notNamespaces: [b]}
+  - source: {principals: [a], ipBlocks: [198.18.3.4], notNamespaces: [b]}
   - source: {notServiceAccounts: [c], remoteIpBlocks: [10.0.0.0/8]}
   when:
   - {key: source.namespace, values: [x]}
   - {key: "request.auth.claims[iss]", values: [x]}
-  - {key: source.ip, values: [1.2.3.4]}
+  - {key: source.ip, values: [198.18.3.4]}
 `, want: []string{
 			"spec.rules[0].from[0].source.principals: not supported with action CUSTOM",
 			"spec.rules[0].from[0].source.notNamespaces: not supported with action CUSTOM",
