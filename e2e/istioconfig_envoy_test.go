@@ -235,13 +235,7 @@ func TestSidecarVirtualServiceTraffic(t *testing.T) {
 	})
 	front := frontSidecar(t, f, net, hub, f.Remote("cluster-3"))
 	all := append([]*framework.Sidecar{cl, front}, sidecars...)
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for _, s := range all {
-		if err := s.WaitReady(rctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitReady(t, all...)
 	c := newViaEnvoy(t, clientPod, echoHost)
 	synced := func() error { return allSynced(t, hub, all...) }
 

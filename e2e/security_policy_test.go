@@ -64,13 +64,7 @@ func TestSidecarSecurityPolicy(t *testing.T) {
 	other := framework.StartTestSidecar(t, f, framework.SidecarOptions{
 		Cluster: r1, Pod: otherPod, Hub: hub, Name: "other-0", Namespace: "demo", ServiceAccount: "other",
 	})
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for _, s := range []*framework.Sidecar{server, client, other} {
-		if err := s.WaitReady(rctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitReady(t, server, client, other)
 	outsider := framework.NewTestPod(t, net, framework.PodOptions{Name: "outsider"})
 	inbound := fmt.Sprintf("%s:%d", server.IP(), w.TargetPort())
 	plaintext := func() error {
@@ -260,13 +254,7 @@ func TestSidecarEgressScope(t *testing.T) {
 	client := framework.StartTestSidecar(t, f, framework.SidecarOptions{
 		Cluster: r1, Pod: clientPod, Hub: hub, Name: "client-0", Namespace: "demo", ServiceAccount: "client",
 	})
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for _, s := range []*framework.Sidecar{client, sidecars[r1.ID]} {
-		if err := s.WaitReady(rctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitReady(t, client, sidecars[r1.ID])
 	// outbound counts the client's outbound clusters: all of them (the
 	// fleet's own services too, such as default/kubernetes), those of
 	// namespace elsewhere and those of its own namespace demo.

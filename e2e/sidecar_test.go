@@ -35,6 +35,19 @@ func sidecarFleet(t *testing.T, n int, hubArgs ...string) (*framework.Fleet, *fr
 	return f, net, hub
 }
 
+// waitReady waits up to two minutes for each sidecar's Envoy to be ready
+// (pilot-agent's readiness: certificates and the first xDS answers).
+func waitReady(t *testing.T, sidecars ...*framework.Sidecar) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for _, s := range sidecars {
+		if err := s.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // proxyIDs lists the proxies (node IDs) in `meshfedctl proxy-status` of hub.
 func proxyIDs(t *testing.T, hub *framework.Hub) ([]string, proxyJSON, error) {
 	out, err := framework.Meshfedctl(t, "proxy-status", "--hub", hub.XDSAddr(), "-o", "json")
@@ -204,13 +217,7 @@ func TestSidecarLocalityFailover(t *testing.T) {
 	cl := framework.StartTestSidecar(t, f, framework.SidecarOptions{
 		Cluster: r1, Pod: clientPod, Hub: hub, Name: "client-0", Namespace: "demo", ServiceAccount: "client",
 	})
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for _, s := range append([]*framework.Sidecar{cl}, sidecars[r1.ID], sidecars["cluster-2"], sidecars["cluster-3"]) {
-		if err := s.WaitReady(rctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitReady(t, cl, sidecars[r1.ID], sidecars["cluster-2"], sidecars["cluster-3"])
 
 	onlyFrom := func(want ...string) func() error {
 		return func() error {
@@ -482,13 +489,7 @@ func TestSidecarProtocols(t *testing.T) {
 	cl := framework.StartTestSidecar(t, f, framework.SidecarOptions{
 		Cluster: r, Pod: clientPod, Hub: hub, Name: "client-0", Namespace: "demo", ServiceAccount: "client",
 	})
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for _, s := range []*framework.Sidecar{cl, grpcSC, tcpSC} {
-		if err := s.WaitReady(rctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	waitReady(t, cl, grpcSC, tcpSC)
 	grpcID, tcpID := string(r.ID)+"/grpc-echo-0", string(r.ID)+"/tcp-echo-0"
 
 	// gRPC through the client's Envoy: HTTP/2 to 127.0.0.1:8080 in the

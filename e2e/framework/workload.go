@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
@@ -117,18 +118,14 @@ func (o *WorkloadOptions) defaults() error {
 	return nil
 }
 
-// TLSModeLabel is the label Istio's injector puts on every Pod it gives a
-// proxy (sidecar or grpc-agent): clients use mutual TLS (auto mTLS) only
-// to endpoints whose Pod carries it with value "istio".
-const TLSModeLabel = "security.istio.io/tlsMode"
-
 // podLabels returns the labels of a replica's Pod: app=<Service>,
-// TLSModeLabel=istio for xDS servers with certificates (which is what
-// grpc-agent injection gives a Pod), then PodLabels.
+// security.istio.io/tlsMode=istio (istioconfig.TLSModeLabel, by which
+// clients' auto mTLS knows the Pod terminates mutual TLS) for xDS servers
+// with certificates, as grpc-agent injection labels a Pod, then PodLabels.
 func (w *Workload) podLabels() map[string]string {
 	out := map[string]string{"app": w.opts.Service}
 	if w.opts.XDS != nil && w.opts.XDS.Certs != nil {
-		out[TLSModeLabel] = "istio"
+		out[istioconfig.TLSModeLabel] = istioconfig.TLSModeIstio
 	}
 	maps.Copy(out, w.opts.PodLabels)
 	return out

@@ -217,9 +217,10 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 	}
 	warm := map[xdsgen.ProxyGroup][]string{}
 	cfg := c.planner.Config()
+	pods := indexPods(services)
 	for _, sc := range c.sidecars {
 		in := sc.inbound(services)
-		sec, scope := sc.policy(services, cfg)
+		sec, scope := sc.policy(pods, cfg)
 		if !r.sidecars && slices.Equal(in, sc.proxy.Inbound) && sec.Same(sc.proxy.Security) && scope == sc.proxy.Scope {
 			continue
 		}
@@ -448,40 +449,19 @@ func (c *groupCache) addInbound(typeURL string, node *corev3.Node, lc *cachev3.L
 }
 
 // workloadLookupLocked returns the policy lookup of proxyless servers'
-// inbound listeners: by the registry's namespace and labels of the Pod at
-// the address (see workloadAt), under the planner's configuration. The
-// registry is indexed by address on the first call, so a refresh of many
-// listeners reads it once.
+// inbound listeners: by the registry's Pod at the address (indexPods),
+// under the planner's configuration; a Pod the registry does not know
+// gets mesh-wide policy. The registry is indexed on the first call, so a
+// refresh of many listeners reads it once.
 func (c *groupCache) workloadLookupLocked() xdsgen.WorkloadLookup {
-	type podKey struct {
-		cluster model.ClusterID
-		ip      netip.Addr
-	}
-	type pod struct {
-		ns     string
-		labels model.Labels
-	}
-	var pods map[podKey]pod
+	var x pods
 	cfg := c.planner.Config()
 	return func(cluster model.ClusterID, ip netip.Addr) istioconfig.WorkloadSecurity {
-		if pods == nil {
-			pods = map[podKey]pod{}
-			for _, ms := range c.services() {
-				for i := range ms.Endpoints {
-					e := &ms.Endpoints[i]
-					k := podKey{e.Cluster, e.Address.Unmap()}
-					if _, ok := pods[k]; !ok {
-						pods[k] = pod{ms.Service.Namespace, e.Labels}
-					}
-				}
-			}
+		if x == nil {
+			x = indexPods(c.services())
 		}
-		p, ok := pods[podKey{cluster, ip.Unmap()}]
-		if !ok {
-			// Not known (yet): no namespace, so only mesh-wide policy.
-			return cfg.Workload("", model.Labels{})
-		}
-		return cfg.Workload(p.ns, p.labels)
+		sec, _ := x.security(cfg, cluster, ip, "")
+		return sec
 	}
 }
 

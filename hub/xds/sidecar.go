@@ -148,7 +148,7 @@ func newSidecar(node *corev3.Node, services []*model.MergedService, cfg *istioco
 		return s
 	}
 	s.proxy.Inbound = xdsgen.SidecarInbound(services, cluster, sc.IP)
-	s.proxy.Security, s.proxy.Scope = s.policy(services, cfg)
+	s.proxy.Security, s.proxy.Scope = s.policy(indexPods(services), cfg)
 	for _, t := range sidecarTypes {
 		s.caches[t] = newWritten(t, sidecarResources(t, services, cfg, s.proxy, opts))
 	}
@@ -161,14 +161,10 @@ func (s *sidecar) inbound(services []*model.MergedService) []xdsgen.InboundPort 
 }
 
 // policy returns the security policy and the Sidecar scope of the
-// sidecar's pod under cfg: by the namespace and labels the registry has
-// for its address, else by the node's namespace.
-func (s *sidecar) policy(services []*model.MergedService, cfg *istioconfig.Snapshot) (istioconfig.WorkloadSecurity, *istioconfig.Sidecar) {
-	ns, labels, ok := workloadAt(services, s.cluster, s.proxy.IP)
-	if !ok {
-		ns = s.proxy.Namespace
-	}
-	return cfg.Workload(ns, labels), cfg.SidecarScope(ns, labels)
+// sidecar's pod under cfg, by the registry's Pods (else by the node's
+// namespace).
+func (s *sidecar) policy(x pods, cfg *istioconfig.Snapshot) (istioconfig.WorkloadSecurity, *istioconfig.Sidecar) {
+	return x.security(cfg, s.cluster, s.proxy.IP, s.proxy.Namespace)
 }
 
 // replan regenerates the sidecar's resources from services under cfg,

@@ -3,23 +3,51 @@ package xds
 import (
 	"net/netip"
 
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
-// workloadAt returns the namespace and Pod labels of the workload at ip in
-// cluster, as the registry knows it: from the first endpoint with that
-// address among services (Pods live in their Service's namespace). ok is
-// false while no service has such an endpoint (a Pod no Service selects,
-// or one whose EndpointSlice has not arrived yet).
-func workloadAt(services []*model.MergedService, cluster model.ClusterID, ip netip.Addr) (ns string, labels model.Labels, ok bool) {
-	ip = ip.Unmap()
+// podKey names a Pod by its address in its cluster.
+type podKey struct {
+	cluster model.ClusterID
+	ip      netip.Addr
+}
+
+// pod is what the registry knows of a Pod: its namespace (its Service's)
+// and its labels.
+type pod struct {
+	ns     string
+	labels model.Labels
+}
+
+// pods indexes the Pods behind the registry's endpoints. The registry
+// knows a Pod only through the endpoints of the Services that select it.
+type pods map[podKey]pod
+
+// indexPods indexes the Pods of services' endpoints; of several endpoints
+// of one Pod, the first in services' order gives its namespace.
+func indexPods(services []*model.MergedService) pods {
+	x := pods{}
 	for _, ms := range services {
 		for i := range ms.Endpoints {
 			e := &ms.Endpoints[i]
-			if e.Cluster == cluster && e.Address.Unmap() == ip {
-				return ms.Service.Namespace, e.Labels, true
+			k := podKey{e.Cluster, e.Address.Unmap()}
+			if _, ok := x[k]; !ok {
+				x[k] = pod{ms.Service.Namespace, e.Labels}
 			}
 		}
 	}
-	return "", model.Labels{}, false
+	return x
+}
+
+// security returns the security policy and the Sidecar scope, under cfg,
+// of the workload at ip in cluster: by the Pod the registry has there,
+// else by fallbackNS (its node's namespace, when it names one) without
+// labels, whose namespace-wide and mesh-wide policies then apply.
+func (x pods) security(cfg *istioconfig.Snapshot, cluster model.ClusterID, ip netip.Addr, fallbackNS string) (istioconfig.WorkloadSecurity, *istioconfig.Sidecar) {
+	p, ok := x[podKey{cluster, ip.Unmap()}]
+	if !ok {
+		p = pod{ns: fallbackNS}
+	}
+	return cfg.Workload(p.ns, p.labels), cfg.SidecarScope(p.ns, p.labels)
 }
