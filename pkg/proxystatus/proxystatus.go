@@ -107,6 +107,13 @@ type TypeStatus struct {
 	Status  Status    `json:"status"`
 	SentAt  time.Time `json:"sentAt,omitzero"`
 	AckedAt time.Time `json:"ackedAt,omitzero"`
+	// AckedEpoch is the config epoch of the serving replica that the ACKed
+	// version holds (see ConfigLedger): the proxy has, of this type, every
+	// object generation that arrived at or before it. 0: nothing ACKed, or
+	// a version the replica does not know.
+	AckedEpoch uint64 `json:"ackedEpoch,omitempty"`
+	// NackEpoch is the config epoch of the NACKed version, when known.
+	NackEpoch uint64 `json:"nackEpoch,omitempty"`
 }
 
 // Compute returns the status the fields describe: NOT SENT when nothing was
@@ -167,10 +174,27 @@ func (r Record) Size() int {
 	// Fixed part: two times and field overhead.
 	n := 64 + len(r.Proxy) + len(r.Name) + len(r.Cluster) + len(r.Replica) + len(r.Version)
 	for k, t := range r.Types {
-		n += 48 + len(k) + len(t.TypeURL) + len(t.Sent) + len(t.SentNonce) +
+		n += 64 + len(k) + len(t.TypeURL) + len(t.Sent) + len(t.SentNonce) +
 			len(t.Acked) + len(t.AckedNonce) + len(t.Nack) + len(t.NackVersion) + len(t.Status)
 	}
 	return n
+}
+
+// ConfigEpoch returns the config epoch of its replica that the proxy holds
+// in full: the least AckedEpoch of the types it was sent. 0 when a type it
+// was sent has no ACKed epoch, or nothing was sent.
+func (r Record) ConfigEpoch() uint64 {
+	var least uint64
+	first := true
+	for _, ts := range r.Types {
+		if ts.SentNonce == "" {
+			continue // asked for, never answered: it holds nothing of it
+		}
+		if first || ts.AckedEpoch < least {
+			least, first = ts.AckedEpoch, false
+		}
+	}
+	return least
 }
 
 // Clone returns a copy of r that shares no map with it.
