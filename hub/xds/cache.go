@@ -33,9 +33,11 @@ import (
 // LinearCache and everything the planner holds for it are freed. A group
 // that comes back is built afresh from the registry.
 type groupCache struct {
-	shared  map[string]*cachev3.LinearCache // by type URL: LDS, RDS, CDS; fixed at construction
+	shared  map[string]*versioned // by type URL: LDS, RDS, CDS; fixed at construction
 	metrics *metrics
-	opts    xdsgen.Options
+	// ledger versions every cache and keeps the config epochs.
+	ledger *Ledger
+	opts   xdsgen.Options
 
 	// services returns the registry's services, to fill a new group's
 	// cache. It is called with mu held, so a push cannot interleave.
@@ -46,9 +48,9 @@ type groupCache struct {
 	// what the planner records as written always matches the set of caches.
 	mu      sync.Mutex
 	planner *xdsgen.Planner
-	eds     map[xdsgen.ProxyGroup]*cachev3.LinearCache // load assignments of each held group
-	streams map[streamKey]attachment                   // what each open stream is attached to
-	members map[xdsgen.ProxyGroup]int                  // open streams per group (never 0)
+	eds     map[xdsgen.ProxyGroup]*versioned // load assignments of each held group
+	streams map[streamKey]attachment         // what each open stream is attached to
+	members map[xdsgen.ProxyGroup]int        // open streams per group (never 0)
 
 	// Envoy sidecars: their shared routes (named by port), and per node
 	// ID their own listeners and clusters (see sidecar).
@@ -72,22 +74,23 @@ type attachment struct {
 
 var _ cachev3.Cache = (*groupCache)(nil)
 
-func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, m *metrics) *groupCache {
+func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, m *metrics, l *Ledger) *groupCache {
 	c := &groupCache{
-		shared:      map[string]*cachev3.LinearCache{},
+		shared:      map[string]*versioned{},
 		metrics:     m,
+		ledger:      l,
 		opts:        opts,
 		services:    services,
 		planner:     xdsgen.NewPlanner(opts),
-		eds:         map[xdsgen.ProxyGroup]*cachev3.LinearCache{},
+		eds:         map[xdsgen.ProxyGroup]*versioned{},
 		streams:     map[streamKey]attachment{},
 		members:     map[xdsgen.ProxyGroup]int{},
-		envoyRoutes: newWritten(resourcev3.RouteType, nil),
+		envoyRoutes: newWritten(l, resourcev3.RouteType, nil),
 		sidecars:    map[string]*sidecar{},
 		shapes:      map[model.Hostname]shape{},
 	}
 	for _, t := range xdsgen.SharedTypes {
-		c.shared[t] = cachev3.NewLinearCache(t)
+		c.shared[t] = l.newCache(t, nil)
 	}
 	return c
 }
@@ -95,7 +98,7 @@ func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, 
 // write is one cache's part of a plan.
 type write struct {
 	typeURL string
-	cache   *cachev3.LinearCache
+	cache   *versioned
 	xdsgen.Changes
 }
 
@@ -114,6 +117,7 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	secChanged := false
 	if cfg != c.planner.Config() {
 		secChanged = istioconfig.SecurityChanged(c.planner.Config(), cfg)
+		c.ledger.begin(cfg)
 		hs = union(hs, c.planner.SetConfig(cfg, hostnames(c.services())))
 	}
 	updates := make([]xdsgen.ServiceUpdate, len(hs))
@@ -138,6 +142,14 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 		out = append(out, write{typeURL: resourcev3.EndpointType, cache: c.eds[g], Changes: ch})
 	}
 	return append(out, c.planSidecarsLocked(reshaped, p.Groups)...)
+}
+
+// seal ends the config epoch of the last plan once its writes are done
+// (ledger.seal), and reports whether one ended.
+func (c *groupCache) seal() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ledger.seal()
 }
 
 // hostnames returns the hostnames of services.
@@ -266,7 +278,7 @@ func (c *groupCache) rewarmLocked(warm map[xdsgen.ProxyGroup][]string, planned m
 	return out
 }
 
-func (c *groupCache) pick(typeURL string, node *corev3.Node) (*cachev3.LinearCache, error) {
+func (c *groupCache) pick(typeURL string, node *corev3.Node) (*versioned, error) {
 	if typeURL == resourcev3.EndpointType {
 		return c.group(ProxyGroupOf(node)), nil
 	}
@@ -282,7 +294,7 @@ func (c *groupCache) pick(typeURL string, node *corev3.Node) (*cachev3.LinearCac
 // pickSidecar returns the cache of typeURL for an Envoy node: the shared
 // Envoy routes, or the node's own listeners and clusters. The node's
 // stream is attached already (see attach).
-func (c *groupCache) pickSidecar(typeURL string, node *corev3.Node) (*cachev3.LinearCache, error) {
+func (c *groupCache) pickSidecar(typeURL string, node *corev3.Node) (*versioned, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if typeURL == resourcev3.RouteType {
@@ -304,13 +316,13 @@ func (c *groupCache) pickSidecar(typeURL string, node *corev3.Node) (*cachev3.Li
 // group returns the load-assignment cache of g, creating and filling it
 // when it does not exist yet. A stream of g is attached already (see
 // attach), so the cache is freed when the group's last stream closes.
-func (c *groupCache) group(g xdsgen.ProxyGroup) *cachev3.LinearCache {
+func (c *groupCache) group(g xdsgen.ProxyGroup) *versioned {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	lc, ok := c.eds[g]
 	if !ok {
 		initial := c.planner.AddGroup(g, c.services())
-		lc = cachev3.NewLinearCache(resourcev3.EndpointType, cachev3.WithInitialResources(initial))
+		lc = c.ledger.newCache(resourcev3.EndpointType, initial)
 		c.eds[g] = lc
 		c.metrics.groupsBuilt.Inc()
 		c.metrics.groups.Set(float64(len(c.eds)))
@@ -359,7 +371,7 @@ func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node) {
 			_ = w.cache.UpdateResources(w.Upsert, w.Delete)
 		}
 	}
-	sc := newSidecar(node, services, c.planner.Config(), c.opts)
+	sc := newSidecar(c.ledger, node, services, c.planner.Config(), c.opts)
 	sc.members = 1
 	c.sidecars[id] = sc
 	c.metrics.sidecars.Set(float64(len(c.sidecars)))
@@ -383,6 +395,7 @@ func (c *groupCache) detachLocked(k streamKey) {
 	if sc := c.sidecars[a.sidecar]; sc != nil {
 		if sc.members--; sc.members == 0 {
 			delete(c.sidecars, a.sidecar)
+			sc.release(c.ledger)
 			c.metrics.sidecars.Set(float64(len(c.sidecars)))
 		}
 	}
@@ -392,6 +405,7 @@ func (c *groupCache) detachLocked(k streamKey) {
 	}
 	delete(c.members, g)
 	// The group's streams are gone, and with them their watches on lc.
+	c.ledger.release(c.eds[g])
 	delete(c.eds, g)
 	c.planner.ForgetGroup(g)
 	c.metrics.groups.Set(float64(len(c.eds)))
@@ -426,7 +440,7 @@ func (c *groupCache) held() heldGroups {
 // before a watch for them is created, so the watch is answered at once.
 // Each is built under the policy of the workload at its address in the
 // cluster of node (the server asking).
-func (c *groupCache) addInbound(typeURL string, node *corev3.Node, lc *cachev3.LinearCache, sub cachev3.Subscription) {
+func (c *groupCache) addInbound(typeURL string, node *corev3.Node, lc *versioned, sub cachev3.Subscription) {
 	if typeURL != resourcev3.ListenerType || sub == nil {
 		return
 	}
@@ -500,7 +514,7 @@ func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 		return nil, err
 	}
 	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
-	return lc.CreateWatch(req, sub, out)
+	return lc.lc.CreateWatch(req, sub, out)
 }
 
 func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, out chan cachev3.DeltaResponse) (func(), error) {
@@ -512,7 +526,7 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 		return nil, err
 	}
 	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
-	return lc.CreateDeltaWatch(req, resyncOnConnect(req, sub), out)
+	return lc.lc.CreateDeltaWatch(req, resyncOnConnect(req, sub), out)
 }
 
 // resyncOnConnect returns the subscription for a Delta watch: for the
@@ -561,13 +575,13 @@ func (c *groupCache) Fetch(ctx context.Context, req *cachev3.Request) (cachev3.R
 		if lc == nil {
 			return nil, fmt.Errorf("xds: no stream of proxy group %v is open", ProxyGroupOf(req.GetNode()))
 		}
-		return lc.Fetch(ctx, req)
+		return lc.lc.Fetch(ctx, req)
 	}
 	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
 		return nil, err
 	}
-	return lc.Fetch(ctx, req)
+	return lc.lc.Fetch(ctx, req)
 }
 
 // rewarmed returns a load assignment that means what cla means in other

@@ -66,6 +66,10 @@ type Options struct {
 	// and Metrics). The hub builds it first, so that its fleet status can
 	// read it and be the StatusSource.
 	Tracker *StatusTracker
+	// Ledger keeps the config epochs of the server's responses; nil means
+	// one of the server's own. The hub builds it first, so that its fleet
+	// status can replicate it.
+	Ledger *Ledger
 	// StatusSource is what CSDS answers from; nil means the tracker, that
 	// is this replica's proxies only.
 	StatusSource StatusSource
@@ -89,6 +93,7 @@ type Server struct {
 	status  *StatusTracker
 	nacks   *nackBackoff
 	csds    *csdsServer
+	ledger  *Ledger // config epochs (ConfigLedger)
 	authn   *authenticator
 	// xds is the one stream server of every port, so that stream IDs
 	// (the keys of status, NACK backoff and groups) are unique across
@@ -154,7 +159,12 @@ func New(opts Options) *Server {
 		src = opts.StatusSource
 	}
 	s.csds = newCSDS(src)
-	s.cache = newGroupCache(opts.genOptions(), func() []*model.MergedService { return s.opts.Registry.Services() }, s.metrics)
+	s.ledger = opts.Ledger
+	if s.ledger == nil {
+		s.ledger = NewLedger(opts.Replica)
+	}
+	s.status.useEpochs(s.ledger.epochOf)
+	s.cache = newGroupCache(opts.genOptions(), func() []*model.MergedService { return s.opts.Registry.Services() }, s.metrics, s.ledger)
 	s.cache.debug = newDebugTypes(src, opts.Replica)
 	s.authn = newAuthenticator(opts.Authn, clk, opts.Log.WithName("authn"), opts.Metrics)
 	// The stream server's context ends streams when Run ends; New starts
@@ -285,8 +295,15 @@ func (s *Server) push(hs []model.Hostname, configChanged bool) {
 		}
 		s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
 	}
+	if s.cache.seal() {
+		// Every proxy's ACKed versions may hold the new epoch now.
+		s.status.touchAll()
+	}
 	s.metrics.pushDuration.Observe(s.clk.Since(start).Seconds())
 }
+
+// Ledger returns the server's config ledger.
+func (s *Server) Ledger() *Ledger { return s.ledger }
 
 // shortType is the metric label of a type URL: proxystatus's short name,
 // or "other" for a type the hub does not know, so that a proxy cannot grow

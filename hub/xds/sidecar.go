@@ -86,13 +86,13 @@ type sidecar struct {
 // written is one LinearCache and the resources last written to it, so that
 // a push writes only what changed.
 type written struct {
-	lc   *cachev3.LinearCache
+	lc   *versioned
 	last map[string]types.Resource
 }
 
-func newWritten(typeURL string, res []types.Resource) *written {
+func newWritten(l *Ledger, typeURL string, res []types.Resource) *written {
 	w := &written{last: byName(res)}
-	w.lc = cachev3.NewLinearCache(typeURL, cachev3.WithInitialResources(w.last))
+	w.lc = l.newCache(typeURL, w.last)
 	return w
 }
 
@@ -141,7 +141,7 @@ func envoyRoutes(services []*model.MergedService, cfg *istioconfig.Snapshot, opt
 
 // newSidecar builds the state of the Envoy node, its caches filled from
 // services under the Istio configuration cfg.
-func newSidecar(node *corev3.Node, services []*model.MergedService, cfg *istioconfig.Snapshot, opts xdsgen.Options) *sidecar {
+func newSidecar(l *Ledger, node *corev3.Node, services []*model.MergedService, cfg *istioconfig.Snapshot, opts xdsgen.Options) *sidecar {
 	sc, cluster, err := sidecarOf(node)
 	s := &sidecar{proxy: sc, cluster: cluster, group: ProxyGroupOf(node), err: err, caches: map[string]*written{}}
 	if err != nil {
@@ -150,9 +150,16 @@ func newSidecar(node *corev3.Node, services []*model.MergedService, cfg *istioco
 	s.proxy.Inbound = xdsgen.SidecarInbound(services, cluster, sc.IP)
 	s.proxy.Security, s.proxy.Scope = s.policy(indexPods(services), cfg)
 	for _, t := range sidecarTypes {
-		s.caches[t] = newWritten(t, sidecarResources(t, services, cfg, s.proxy, opts))
+		s.caches[t] = newWritten(l, t, sidecarResources(t, services, cfg, s.proxy, opts))
 	}
 	return s
+}
+
+// release gives the sidecar's caches back to l: it is freed.
+func (s *sidecar) release(l *Ledger) {
+	for _, w := range s.caches {
+		l.release(w.lc)
+	}
 }
 
 // inbound returns the ports the sidecar's pod serves now, by services.

@@ -189,7 +189,7 @@ func planFixture(t *testing.T, opts xdsgen.Options, ip string) (*store.Store, *g
 		}
 	}
 	write(shard("c1", "r1", "10.0.0.5"))
-	c := newGroupCache(opts, st.Services, newMetrics(nil))
+	c := newGroupCache(opts, st.Services, newMetrics(nil), NewLedger("test"))
 	node := envoyNode(ip, "pod-"+ip, "c1", "NONE")
 	c.attach(streamKey{false, 1}, node)
 	return st, c, node, write

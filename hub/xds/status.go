@@ -46,6 +46,9 @@ type StatusTracker struct {
 	streams map[streamKey]*proxyStream            // every open stream
 	byNode  map[string]map[streamKey]*proxyStream // streams whose node is known, by node ID
 	dirty   map[string]struct{}                   // node IDs changed since TakeChanges
+	// epochOf returns the config epoch a version holds (ledger.epochOf);
+	// nil leaves records without epochs. Set before the first stream.
+	epochOf func(version string) uint64
 }
 
 // streamKey identifies a stream: SotW and Delta streams are numbered
@@ -146,6 +149,24 @@ func (t *StatusTracker) Callbacks() serverv3.Callbacks {
 		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
 			t.OnDeltaResponse(id, resp)
 		},
+	}
+}
+
+// useEpochs makes records carry the config epochs of their versions, by
+// epochOf (the server's ledger). Call it before the first stream.
+func (t *StatusTracker) useEpochs(epochOf func(version string) uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.epochOf = epochOf
+}
+
+// touchAll marks every proxy's record changed: a config epoch was sealed,
+// so the epochs its ACKed versions hold may have grown.
+func (t *StatusTracker) touchAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for node := range t.byNode {
+		t.markLocked(node)
 	}
 }
 
@@ -397,6 +418,12 @@ func (t *StatusTracker) recordLocked(s *proxyStream) proxystatus.Record {
 	for url, ts := range s.types {
 		v := ts.TypeStatus
 		v.Status = v.Compute()
+		if t.epochOf != nil {
+			v.AckedEpoch = t.epochOf(v.Acked)
+			if v.Nack != "" {
+				v.NackEpoch = t.epochOf(v.NackVersion)
+			}
+		}
 		r.Types[proxystatus.ShortType(url)] = v
 	}
 	return r

@@ -1,0 +1,237 @@
+package xds
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+
+	"github.com/meshfed/meshfed/pkg/istioconfig"
+	"github.com/meshfed/meshfed/pkg/proxystatus"
+)
+
+// Ledger keeps the server's config epochs: which configuration each
+// response holds, so that the fleet can say which proxies have an object's
+// newest generation (proxystatus.ConfigLedger, Rollouts).
+//
+// The epoch counts the Istio configurations the server pushed. A push of a
+// new configuration begins epoch E+1: each object whose generation is new
+// (or which is gone) is recorded as arriving in E+1. When the push's
+// writes are done, the epoch is sealed: every cache's current version
+// holds E+1. A version written after the seal of E (a later endpoint push,
+// or E+1's own writes before its seal) holds E: it has every object of E,
+// and perhaps some of E+1. So the epoch of version n of a cache is that of
+// the last seal at or below n (mark), which only ever understates it.
+//
+// Every LinearCache the server writes is a versioned: the ledger gives it
+// a version prefix of its own ("<id>."), so that a version names its cache
+// and a proxy's ACKed version can be looked up.
+type Ledger struct {
+	replica string
+
+	mu      sync.Mutex // guards what follows; a leaf: nothing is called under it
+	nextID  uint64
+	epoch   uint64 // sealed; 1 is the epoch of no configuration
+	pending uint64 // the epoch being pushed; epoch when none
+	caches  map[uint64]*versioned
+	objects map[istioconfig.Key]proxystatus.ConfigObject
+	removed []istioconfig.Key // keys of the Deleted objects, oldest removal first
+
+	changed chan struct{} // capacity 1: objects or epoch changed
+}
+
+// maxRemoved bounds how many removed objects the ledger remembers, so that
+// their rollouts can be followed for a while.
+const maxRemoved = 256
+
+// maxMarks bounds the seals a cache remembers: a proxy that ACKed a
+// version older than all of them is taken to hold no epoch (it lags behind
+// maxMarks configuration changes of its cache).
+const maxMarks = 64
+
+// NewLedger returns the ledger of replica, for Options.Ledger.
+func NewLedger(replica string) *Ledger {
+	return &Ledger{replica: replica, epoch: 1, pending: 1, caches: map[uint64]*versioned{},
+		objects: map[istioconfig.Key]proxystatus.ConfigObject{}, changed: make(chan struct{}, 1)}
+}
+
+// versioned is a LinearCache whose versions the ledger can place.
+type versioned struct {
+	lc *cachev3.LinearCache
+	id uint64
+	// n mirrors the LinearCache's version counter, which each
+	// UpdateResources advances by one. Writes that race (the push loop's
+	// and a stream's, see groupCache) are all done when a seal reads it.
+	n     atomic.Uint64
+	marks []mark // guarded by ledger.mu; ascending in both fields
+}
+
+// mark says that version n of a cache held epoch.
+type mark struct{ n, epoch uint64 }
+
+// newCache returns a cache of typeURL holding initial (nil for none),
+// whose first version holds the sealed epoch.
+func (l *Ledger) newCache(typeURL string, initial map[string]types.Resource) *versioned {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.nextID++
+	v := &versioned{id: l.nextID, marks: []mark{{0, l.epoch}}}
+	opts := []cachev3.LinearCacheOption{cachev3.WithVersionPrefix(strconv.FormatUint(v.id, 10) + ".")}
+	if initial != nil {
+		opts = append(opts, cachev3.WithInitialResources(initial))
+	}
+	v.lc = cachev3.NewLinearCache(typeURL, opts...)
+	l.caches[v.id] = v
+	return v
+}
+
+// release forgets caches that are freed; nil ones are skipped.
+func (l *Ledger) release(vs ...*versioned) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, v := range vs {
+		if v != nil {
+			delete(l.caches, v.id)
+		}
+	}
+}
+
+// begin starts the epoch of a push of next: the objects whose generation
+// next brings, and those it no longer has, arrive in it.
+func (l *Ledger) begin(next *istioconfig.Snapshot) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending++
+	present := map[istioconfig.Key]bool{}
+	for _, o := range next.Objects() {
+		m := istioconfig.MetaOf(o)
+		present[m.Key] = true
+		if cur, ok := l.objects[m.Key]; ok && !cur.Deleted && cur.Generation == m.Generation {
+			continue
+		}
+		l.objects[m.Key] = proxystatus.ConfigObject{Kind: m.Kind, Namespace: m.Namespace, Name: m.Name,
+			Generation: m.Generation, Epoch: l.pending}
+	}
+	for k, cur := range l.objects {
+		if present[k] || cur.Deleted {
+			continue
+		}
+		cur.Deleted, cur.Epoch = true, l.pending
+		l.objects[k] = cur
+		l.removed = append(l.removed, k)
+	}
+	// Drop the oldest removals, and those whose object came back.
+	kept := l.removed[:0]
+	for _, k := range l.removed {
+		if l.objects[k].Deleted {
+			kept = append(kept, k)
+		}
+	}
+	for len(kept) > maxRemoved {
+		delete(l.objects, kept[0])
+		kept = kept[1:]
+	}
+	l.removed = kept
+	l.signal()
+}
+
+// seal ends the epoch begun, once its writes are done: every cache's
+// current version holds it. It reports whether an epoch ended. The caller
+// holds groupCache.mu, so no write is under way.
+func (l *Ledger) seal() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == l.epoch {
+		return false
+	}
+	l.epoch = l.pending
+	for _, v := range l.caches {
+		n := v.n.Load()
+		if last := &v.marks[len(v.marks)-1]; last.n == n {
+			last.epoch = l.epoch
+			continue
+		}
+		v.marks = append(v.marks, mark{n, l.epoch})
+		if len(v.marks) > maxMarks {
+			v.marks = v.marks[len(v.marks)-maxMarks:]
+		}
+	}
+	l.signal()
+	return true
+}
+
+// epochOf returns the epoch that version holds, 0 when the version is not
+// one of a live cache's, or older than its marks.
+func (l *Ledger) epochOf(version string) uint64 {
+	prefix, counter, ok := strings.Cut(version, ".")
+	if !ok {
+		return 0
+	}
+	id, err1 := strconv.ParseUint(prefix, 10, 64)
+	n, err2 := strconv.ParseUint(counter, 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v := l.caches[id]
+	if v == nil {
+		return 0
+	}
+	var epoch uint64
+	for _, m := range v.marks {
+		if m.n > n {
+			break
+		}
+		epoch = m.epoch
+	}
+	return epoch
+}
+
+// ConfigLedger returns the replica's account of its config: each object's
+// generation and the epoch it arrived in, against which the AckedEpoch of
+// the records of its proxies compare.
+func (l *Ledger) ConfigLedger() proxystatus.ConfigLedger {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := proxystatus.ConfigLedger{Replica: l.replica, Epoch: l.epoch, Pending: l.pending, Objects: make([]proxystatus.ConfigObject, 0, len(l.objects))}
+	for _, o := range l.objects {
+		out.Objects = append(out.Objects, o)
+	}
+	proxystatus.SortConfigObjects(out.Objects)
+	return out
+}
+
+// Epochs returns the sealed and the pending epoch: a pair that changes
+// whenever ConfigLedger does.
+func (l *Ledger) Epochs() (sealed, pending uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch, l.pending
+}
+
+// Changed signals, coalesced, that ConfigLedger changed.
+func (l *Ledger) Changed() <-chan struct{} { return l.changed }
+
+func (l *Ledger) signal() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// UpdateResources writes to the cache.
+func (v *versioned) UpdateResources(up map[string]types.Resource, del []string) error {
+	v.n.Add(1)
+	return v.lc.UpdateResources(up, del)
+}
+
+// GetResources returns what the cache holds.
+func (v *versioned) GetResources() map[string]types.Resource { return v.lc.GetResources() }
+
+// String names the cache in errors and logs.
+func (v *versioned) String() string { return fmt.Sprintf("cache %d", v.id) }
