@@ -34,6 +34,19 @@ type Spokes interface {
 	SpokesChanged() <-chan struct{}
 }
 
+// Config is this replica's config ledger, the config epochs its proxies'
+// records refer to; *xds.Ledger is one. Its methods may be called
+// concurrently and must not block for long.
+type Config interface {
+	// ConfigLedger returns the ledger; the caller may keep it.
+	ConfigLedger() proxystatus.ConfigLedger
+	// Epochs returns the ledger's sealed and pending epochs, a pair that
+	// changes whenever the ledger does.
+	Epochs() (sealed, pending uint64)
+	// Changed signals, coalesced, that the ledger changed.
+	Changed() <-chan struct{}
+}
+
 // Options configure a Fleet.
 type Options struct {
 	// Self is this replica.
@@ -42,6 +55,9 @@ type Options struct {
 	Proxies Proxies
 	// Spokes is this replica's trust-bundle service; nil without a CA.
 	Spokes Spokes
+	// Config is this replica's config ledger; nil leaves config status
+	// out (ConfigStatus reports no object).
+	Config Config
 }
 
 // Fleet is the fleet-wide status of proxies and spokes: this replica's own,
@@ -63,7 +79,8 @@ type Fleet struct {
 	// spokesChanged is Options.Spokes' change signal; nil without a CA (a
 	// nil channel never fires).
 	spokesChanged <-chan struct{}
-	changed       chan struct{} // proxies or spokes changed (Run), capacity 1
+	changed       chan struct{} // proxies, spokes or the ledger changed (Run), capacity 1
+	config        *ledgers      // every replica's config ledger, for ConfigStatus
 }
 
 // New returns the Fleet of opts; Run forwards its local changes.
@@ -77,6 +94,7 @@ func New(opts Options) *Fleet {
 		local, f.spokesChanged = opts.Spokes.Spokes, opts.Spokes.SpokesChanged()
 	}
 	f.spokes = newSpokeStatus(f.self, local)
+	f.config = newLedgers(f.self, opts.Config)
 	return f
 }
 
@@ -89,6 +107,7 @@ func (f *Fleet) Run(ctx context.Context) {
 			return
 		case <-f.proxies.Changes():
 		case <-f.spokesChanged:
+		case <-f.config.changed():
 		}
 		select {
 		case f.changed <- struct{}{}:
@@ -110,10 +129,11 @@ func (f *Fleet) Spokes(now time.Time) debugdoc.Spokez { return f.spokes.all(now)
 func (f *Fleet) Full() []byte {
 	recs := f.proxies.Records()
 	spokes := f.spokes.full()
-	if len(recs) == 0 && len(spokes) == 0 {
+	ledger := f.config.full()
+	if len(recs) == 0 && len(spokes) == 0 && ledger == nil {
 		return nil
 	}
-	raw, err := batch{Full: true, Changed: recs, Spokes: &spokes}.encode()
+	raw, err := batch{Full: true, Changed: recs, Spokes: &spokes, Ledger: ledger}.encode()
 	if err != nil {
 		return nil
 	}
@@ -125,12 +145,13 @@ func (f *Fleet) Full() []byte {
 func (f *Fleet) TakeChanges() ([]byte, bool) {
 	changed, removed := f.proxies.TakeChanges()
 	spokes, spokesChanged := f.spokes.take()
-	if len(changed) == 0 && len(removed) == 0 && !spokesChanged {
+	ledger := f.config.take()
+	if len(changed) == 0 && len(removed) == 0 && !spokesChanged && ledger == nil {
 		return nil, false
 	}
 	f.view.Upsert(f.self, changed)
 	f.view.Remove(f.self, removed)
-	b := batch{Changed: changed, Removed: removed}
+	b := batch{Changed: changed, Removed: removed, Ledger: ledger}
 	if spokesChanged {
 		b.Spokes = &spokes
 	}
@@ -159,6 +180,9 @@ func (f *Fleet) Apply(from federation.ReplicaID, raw []byte) error {
 	if b.Spokes != nil {
 		f.spokes.apply(string(from), *b.Spokes)
 	}
+	if b.Ledger != nil {
+		f.config.apply(string(from), *b.Ledger)
+	}
 	if b.Full {
 		f.view.Replace(string(from), b.Changed)
 		return nil
@@ -173,4 +197,12 @@ func (f *Fleet) Apply(from federation.ReplicaID, raw []byte) error {
 func (f *Fleet) DropReplica(id federation.ReplicaID) {
 	f.view.DropReplica(string(id))
 	f.spokes.drop(string(id))
+	f.config.drop(string(id))
+}
+
+// ConfigStatus returns the fleet's config status (/debug/configstatusz):
+// each object's rollout to every proxy of every replica, by the ledgers
+// the replicas replicate and the fleet's records.
+func (f *Fleet) ConfigStatus(q proxystatus.RolloutQuery) proxystatus.ConfigStatusz {
+	return proxystatus.Rollouts(f.config.all(), f.view.All(), q)
 }

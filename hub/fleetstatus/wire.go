@@ -26,6 +26,9 @@ type batch struct {
 	// Spokes, when present, replaces the sender's spoke list (always in a
 	// full batch; in others only when it changed).
 	Spokes *[]debugdoc.Spoke
+	// Ledger, when present, replaces the sender's config ledger (always
+	// in a full batch when it has one; in others only when it changed).
+	Ledger *proxystatus.ConfigLedger
 }
 
 // encode returns b's wire form.
@@ -42,6 +45,13 @@ func (b batch) encode() ([]byte, error) {
 				ConnectedAtUnixNano: federation.UnixNano(s.ConnectedAt), LastSeenUnixNano: federation.UnixNano(s.LastSeen),
 				Healthy: s.Healthy, Streams: int32(s.Streams), BundleVersion: s.BundleVersion, Hubs: s.Hubs,
 			}
+		}
+	}
+	if l := b.Ledger; l != nil {
+		p.Ledger = &fleetpb.Ledger{Epoch: l.Epoch, Pending: l.Pending, Objects: make([]*fleetpb.ConfigObject, len(l.Objects))}
+		for i, o := range l.Objects {
+			p.Ledger.Objects[i] = &fleetpb.ConfigObject{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name,
+				Generation: o.Generation, Epoch: o.Epoch, Deleted: o.Deleted}
 		}
 	}
 	return proto.Marshal(p)
@@ -72,6 +82,17 @@ func decodeBatch(data []byte) (batch, error) {
 		}
 		b.Spokes = &spokes
 	}
+	if pl := p.GetLedger(); pl != nil {
+		l := &proxystatus.ConfigLedger{Epoch: pl.GetEpoch(), Pending: pl.GetPending(), Objects: make([]proxystatus.ConfigObject, len(pl.GetObjects()))}
+		for i, o := range pl.GetObjects() {
+			l.Objects[i] = proxystatus.ConfigObject{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(),
+				Generation: o.GetGeneration(), Epoch: o.GetEpoch(), Deleted: o.GetDeleted()}
+		}
+		// ConfigLedger.Object searches a sorted list: a sender's order
+		// is not trusted.
+		proxystatus.SortConfigObjects(l.Objects)
+		b.Ledger = l
+	}
 	return b, nil
 }
 
@@ -84,6 +105,7 @@ func recordToProto(r proxystatus.Record) *fleetpb.Record {
 			Short: short, TypeUrl: ts.TypeURL, Sent: ts.Sent, SentNonce: ts.SentNonce,
 			Acked: ts.Acked, AckedNonce: ts.AckedNonce, Nack: ts.Nack, NackVersion: ts.NackVersion,
 			Status: string(ts.Status), SentAtUnixNano: federation.UnixNano(ts.SentAt), AckedAtUnixNano: federation.UnixNano(ts.AckedAt),
+			AckedEpoch: ts.AckedEpoch, NackEpoch: ts.NackEpoch,
 		})
 	}
 	return p
@@ -103,6 +125,7 @@ func recordFromProto(p *fleetpb.Record) (proxystatus.Record, error) {
 			TypeURL: t.GetTypeUrl(), Sent: t.GetSent(), SentNonce: t.GetSentNonce(),
 			Acked: t.GetAcked(), AckedNonce: t.GetAckedNonce(), Nack: t.GetNack(), NackVersion: t.GetNackVersion(),
 			Status: proxystatus.Status(t.GetStatus()), SentAt: federation.FromUnixNano(t.GetSentAtUnixNano()), AckedAt: federation.FromUnixNano(t.GetAckedAtUnixNano()),
+			AckedEpoch: t.GetAckedEpoch(), NackEpoch: t.GetNackEpoch(),
 		}
 	}
 	return r, nil

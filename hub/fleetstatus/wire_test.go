@@ -19,7 +19,10 @@ func FuzzDecodeBatch(f *testing.F) {
 			Replica: "hub-0", Connected: t0, LastChange: t0, Version: "1.28",
 			Types: map[string]proxystatus.TypeStatus{"CDS": {TypeURL: "type.googleapis.com/envoy.config.cluster.v3.Cluster",
 				Sent: "3", SentNonce: "n3", Acked: "2", AckedNonce: "n2", Nack: "bad", NackVersion: "3",
-				Status: proxystatus.StatusError, SentAt: t0, AckedAt: t0}}}}, Spokes: &spokes},
+				Status: proxystatus.StatusError, SentAt: t0, AckedAt: t0, AckedEpoch: 4, NackEpoch: 5}}}}, Spokes: &spokes,
+			Ledger: &proxystatus.ConfigLedger{Epoch: 5, Pending: 6, Objects: []proxystatus.ConfigObject{
+				{Kind: "VirtualService", Namespace: "demo", Name: "echo", Generation: 3, Epoch: 5},
+				{Kind: "VirtualService", Namespace: "demo", Name: "old", Generation: 1, Epoch: 2, Deleted: true}}}},
 		{Removed: []string{"sidecar~10.0.0.2~b.demo~demo.svc.cluster.local"}},
 	} {
 		raw, err := b.encode()

@@ -27,6 +27,7 @@ type Batch struct {
 	Changed       []*Record              `protobuf:"bytes,2,rep,name=changed,proto3" json:"changed,omitempty"`
 	Removed       []string               `protobuf:"bytes,3,rep,name=removed,proto3" json:"removed,omitempty"`
 	Spokes        *Spokes                `protobuf:"bytes,4,opt,name=spokes,proto3" json:"spokes,omitempty"`
+	Ledger        *Ledger                `protobuf:"bytes,5,opt,name=ledger,proto3" json:"ledger,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -85,6 +86,13 @@ func (x *Batch) GetRemoved() []string {
 func (x *Batch) GetSpokes() *Spokes {
 	if x != nil {
 		return x.Spokes
+	}
+	return nil
+}
+
+func (x *Batch) GetLedger() *Ledger {
+	if x != nil {
+		return x.Ledger
 	}
 	return nil
 }
@@ -202,6 +210,8 @@ type TypeStatus struct {
 	Status          string                 `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
 	SentAtUnixNano  int64                  `protobuf:"varint,10,opt,name=sent_at_unix_nano,json=sentAtUnixNano,proto3" json:"sent_at_unix_nano,omitempty"`
 	AckedAtUnixNano int64                  `protobuf:"varint,11,opt,name=acked_at_unix_nano,json=ackedAtUnixNano,proto3" json:"acked_at_unix_nano,omitempty"`
+	AckedEpoch      uint64                 `protobuf:"varint,12,opt,name=acked_epoch,json=ackedEpoch,proto3" json:"acked_epoch,omitempty"`
+	NackEpoch       uint64                 `protobuf:"varint,13,opt,name=nack_epoch,json=nackEpoch,proto3" json:"nack_epoch,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -309,6 +319,20 @@ func (x *TypeStatus) GetSentAtUnixNano() int64 {
 func (x *TypeStatus) GetAckedAtUnixNano() int64 {
 	if x != nil {
 		return x.AckedAtUnixNano
+	}
+	return 0
+}
+
+func (x *TypeStatus) GetAckedEpoch() uint64 {
+	if x != nil {
+		return x.AckedEpoch
+	}
+	return 0
+}
+
+func (x *TypeStatus) GetNackEpoch() uint64 {
+	if x != nil {
+		return x.NackEpoch
 	}
 	return 0
 }
@@ -465,16 +489,161 @@ func (x *Spoke) GetHubs() []string {
 	return nil
 }
 
+type Ledger struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Pending       uint64                 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	Objects       []*ConfigObject        `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ledger) Reset() {
+	*x = Ledger{}
+	mi := &file_hub_fleetstatus_fleetpb_fleet_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ledger) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ledger) ProtoMessage() {}
+
+func (x *Ledger) ProtoReflect() protoreflect.Message {
+	mi := &file_hub_fleetstatus_fleetpb_fleet_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ledger.ProtoReflect.Descriptor instead.
+func (*Ledger) Descriptor() ([]byte, []int) {
+	return file_hub_fleetstatus_fleetpb_fleet_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Ledger) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Ledger) GetPending() uint64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *Ledger) GetObjects() []*ConfigObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+type ConfigObject struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Generation    int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Deleted       bool                   `protobuf:"varint,6,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigObject) Reset() {
+	*x = ConfigObject{}
+	mi := &file_hub_fleetstatus_fleetpb_fleet_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigObject) ProtoMessage() {}
+
+func (x *ConfigObject) ProtoReflect() protoreflect.Message {
+	mi := &file_hub_fleetstatus_fleetpb_fleet_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigObject.ProtoReflect.Descriptor instead.
+func (*ConfigObject) Descriptor() ([]byte, []int) {
+	return file_hub_fleetstatus_fleetpb_fleet_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ConfigObject) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ConfigObject) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ConfigObject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigObject) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *ConfigObject) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ConfigObject) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 var File_hub_fleetstatus_fleetpb_fleet_proto protoreflect.FileDescriptor
 
 const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	"\n" +
-	"#hub/fleetstatus/fleetpb/fleet.proto\x12\x16meshfed.fleetstatus.v1\"\xa7\x01\n" +
+	"#hub/fleetstatus/fleetpb/fleet.proto\x12\x16meshfed.fleetstatus.v1\"\xdf\x01\n" +
 	"\x05Batch\x12\x12\n" +
 	"\x04full\x18\x01 \x01(\bR\x04full\x128\n" +
 	"\achanged\x18\x02 \x03(\v2\x1e.meshfed.fleetstatus.v1.RecordR\achanged\x12\x18\n" +
 	"\aremoved\x18\x03 \x03(\tR\aremoved\x126\n" +
-	"\x06spokes\x18\x04 \x01(\v2\x1e.meshfed.fleetstatus.v1.SpokesR\x06spokes\"\x9d\x02\n" +
+	"\x06spokes\x18\x04 \x01(\v2\x1e.meshfed.fleetstatus.v1.SpokesR\x06spokes\x126\n" +
+	"\x06ledger\x18\x05 \x01(\v2\x1e.meshfed.fleetstatus.v1.LedgerR\x06ledger\"\x9d\x02\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05proxy\x18\x01 \x01(\tR\x05proxy\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -483,7 +652,7 @@ const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	"\x05types\x18\x05 \x03(\v2\".meshfed.fleetstatus.v1.TypeStatusR\x05types\x12.\n" +
 	"\x13connected_unix_nano\x18\x06 \x01(\x03R\x11connectedUnixNano\x121\n" +
 	"\x15last_change_unix_nano\x18\a \x01(\x03R\x12lastChangeUnixNano\x12\x18\n" +
-	"\aversion\x18\b \x01(\tR\aversion\"\xce\x02\n" +
+	"\aversion\x18\b \x01(\tR\aversion\"\x8e\x03\n" +
 	"\n" +
 	"TypeStatus\x12\x14\n" +
 	"\x05short\x18\x01 \x01(\tR\x05short\x12\x19\n" +
@@ -499,7 +668,11 @@ const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	"\x06status\x18\t \x01(\tR\x06status\x12)\n" +
 	"\x11sent_at_unix_nano\x18\n" +
 	" \x01(\x03R\x0esentAtUnixNano\x12+\n" +
-	"\x12acked_at_unix_nano\x18\v \x01(\x03R\x0fackedAtUnixNano\"?\n" +
+	"\x12acked_at_unix_nano\x18\v \x01(\x03R\x0fackedAtUnixNano\x12\x1f\n" +
+	"\vacked_epoch\x18\f \x01(\x04R\n" +
+	"ackedEpoch\x12\x1d\n" +
+	"\n" +
+	"nack_epoch\x18\r \x01(\x04R\tnackEpoch\"?\n" +
 	"\x06Spokes\x125\n" +
 	"\x06spokes\x18\x01 \x03(\v2\x1d.meshfed.fleetstatus.v1.SpokeR\x06spokes\"\xaa\x02\n" +
 	"\x05Spoke\x12\x18\n" +
@@ -511,7 +684,20 @@ const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	"\ahealthy\x18\x06 \x01(\bR\ahealthy\x12\x18\n" +
 	"\astreams\x18\a \x01(\x05R\astreams\x12%\n" +
 	"\x0ebundle_version\x18\b \x01(\tR\rbundleVersion\x12\x12\n" +
-	"\x04hubs\x18\t \x03(\tR\x04hubsB4Z2github.com/meshfed/meshfed/hub/fleetstatus/fleetpbb\x06proto3"
+	"\x04hubs\x18\t \x03(\tR\x04hubs\"x\n" +
+	"\x06Ledger\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\apending\x18\x02 \x01(\x04R\apending\x12>\n" +
+	"\aobjects\x18\x03 \x03(\v2$.meshfed.fleetstatus.v1.ConfigObjectR\aobjects\"\xa4\x01\n" +
+	"\fConfigObject\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x03R\n" +
+	"generation\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\adeleted\x18\x06 \x01(\bR\adeletedB4Z2github.com/meshfed/meshfed/hub/fleetstatus/fleetpbb\x06proto3"
 
 var (
 	file_hub_fleetstatus_fleetpb_fleet_proto_rawDescOnce sync.Once
@@ -525,24 +711,28 @@ func file_hub_fleetstatus_fleetpb_fleet_proto_rawDescGZIP() []byte {
 	return file_hub_fleetstatus_fleetpb_fleet_proto_rawDescData
 }
 
-var file_hub_fleetstatus_fleetpb_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_hub_fleetstatus_fleetpb_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_hub_fleetstatus_fleetpb_fleet_proto_goTypes = []any{
-	(*Batch)(nil),      // 0: meshfed.fleetstatus.v1.Batch
-	(*Record)(nil),     // 1: meshfed.fleetstatus.v1.Record
-	(*TypeStatus)(nil), // 2: meshfed.fleetstatus.v1.TypeStatus
-	(*Spokes)(nil),     // 3: meshfed.fleetstatus.v1.Spokes
-	(*Spoke)(nil),      // 4: meshfed.fleetstatus.v1.Spoke
+	(*Batch)(nil),        // 0: meshfed.fleetstatus.v1.Batch
+	(*Record)(nil),       // 1: meshfed.fleetstatus.v1.Record
+	(*TypeStatus)(nil),   // 2: meshfed.fleetstatus.v1.TypeStatus
+	(*Spokes)(nil),       // 3: meshfed.fleetstatus.v1.Spokes
+	(*Spoke)(nil),        // 4: meshfed.fleetstatus.v1.Spoke
+	(*Ledger)(nil),       // 5: meshfed.fleetstatus.v1.Ledger
+	(*ConfigObject)(nil), // 6: meshfed.fleetstatus.v1.ConfigObject
 }
 var file_hub_fleetstatus_fleetpb_fleet_proto_depIdxs = []int32{
 	1, // 0: meshfed.fleetstatus.v1.Batch.changed:type_name -> meshfed.fleetstatus.v1.Record
 	3, // 1: meshfed.fleetstatus.v1.Batch.spokes:type_name -> meshfed.fleetstatus.v1.Spokes
-	2, // 2: meshfed.fleetstatus.v1.Record.types:type_name -> meshfed.fleetstatus.v1.TypeStatus
-	4, // 3: meshfed.fleetstatus.v1.Spokes.spokes:type_name -> meshfed.fleetstatus.v1.Spoke
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 2: meshfed.fleetstatus.v1.Batch.ledger:type_name -> meshfed.fleetstatus.v1.Ledger
+	2, // 3: meshfed.fleetstatus.v1.Record.types:type_name -> meshfed.fleetstatus.v1.TypeStatus
+	4, // 4: meshfed.fleetstatus.v1.Spokes.spokes:type_name -> meshfed.fleetstatus.v1.Spoke
+	6, // 5: meshfed.fleetstatus.v1.Ledger.objects:type_name -> meshfed.fleetstatus.v1.ConfigObject
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_hub_fleetstatus_fleetpb_fleet_proto_init() }
@@ -556,7 +746,7 @@ func file_hub_fleetstatus_fleetpb_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc), len(file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
