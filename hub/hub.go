@@ -256,12 +256,13 @@ func Run(ctx context.Context, opts Options) error {
 	if caServer != nil {
 		spokes = caServer.Spokes()
 	}
-	fleet := fleetstatus.New(fleetstatus.Options{Self: self, Proxies: tracker, Spokes: spokes})
+	ledger := xds.NewLedger(opts.ReplicaID)
+	fleet := fleetstatus.New(fleetstatus.Options{Self: self, Proxies: tracker, Spokes: spokes, Config: ledger})
 	xdsServer = xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
 		Replica: opts.ReplicaID, Clock: opts.Clock,
 		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
-		Tracker: tracker, StatusSource: fleet, Authn: authn,
+		Tracker: tracker, Ledger: ledger, StatusSource: fleet, Authn: authn,
 	})
 	// Every replica reads the mesh's Istio config; one per object writes
 	// its status.
@@ -294,13 +295,14 @@ func Run(ctx context.Context, opts Options) error {
 			return ready.Check()
 		},
 		Debug: map[string]func(*http.Request) any{
-			debugdoc.RegistryzName:   func(*http.Request) any { return remotes.Registryz(opts.ReplicaID, st, status) },
-			debugdoc.FederationzName: func(*http.Request) any { return repl.Federationz() },
-			debugdoc.ProxyStatusName: func(*http.Request) any { return proxystatus.JSONDocument{Proxies: fleet.All()} },
-			debugdoc.TrustzName:      func(*http.Request) any { return trust.Trustz(bundle.TrustRoots()) },
-			debugdoc.SpokezName:      func(*http.Request) any { return fleet.Spokes(opts.Clock.Now()) },
-			debugdoc.ClusterzName:    func(*http.Request) any { return remotes.Clusterz(status) },
-			debugdoc.ConfigzName:     func(*http.Request) any { return config.Configz() },
+			debugdoc.RegistryzName:    func(*http.Request) any { return remotes.Registryz(opts.ReplicaID, st, status) },
+			debugdoc.FederationzName:  func(*http.Request) any { return repl.Federationz() },
+			debugdoc.ProxyStatusName:  func(*http.Request) any { return proxystatus.JSONDocument{Proxies: fleet.All()} },
+			debugdoc.TrustzName:       func(*http.Request) any { return trust.Trustz(bundle.TrustRoots()) },
+			debugdoc.SpokezName:       func(*http.Request) any { return fleet.Spokes(opts.Clock.Now()) },
+			debugdoc.ClusterzName:     func(*http.Request) any { return remotes.Clusterz(status) },
+			debugdoc.ConfigzName:      func(*http.Request) any { return config.Configz() },
+			debugdoc.ConfigStatusName: func(r *http.Request) any { return configStatus(fleet, config.Configz(), r) },
 		},
 		Log: log.WithName("monitoring"),
 	})
@@ -388,4 +390,29 @@ func configClusterConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("hub: config cluster kubeconfig: %w", err)
 	}
 	return cfg, nil
+}
+
+// configStatus answers /debug/configstatusz: the fleet's rollout of every
+// object, or with ?kind=&namespace=&name= of one, its pending proxies
+// listed. An object this replica refuses says so, with the reason, even
+// when no replica ever applied it.
+func configStatus(fleet *fleetstatus.Fleet, configz debugdoc.Configz, r *http.Request) proxystatus.ConfigStatusz {
+	q := proxystatus.RolloutQuery{Kind: r.URL.Query().Get("kind"), Namespace: r.URL.Query().Get("namespace"), Name: r.URL.Query().Get("name")}
+	doc := fleet.ConfigStatus(q)
+	refused := func(kind, ns, name string) string {
+		if o, ok := configz.Object(kind, ns, name); ok && o.State == debugdoc.ConfigRejected {
+			return fmt.Sprintf("generation %d is refused (%s)", o.Generation, o.Reason)
+		}
+		return ""
+	}
+	for i := range doc.Objects {
+		o := &doc.Objects[i]
+		o.Rejected = refused(o.Kind, o.Namespace, o.Name)
+	}
+	if q.Name != "" && len(doc.Objects) == 0 {
+		if why := refused(q.Kind, q.Namespace, q.Name); why != "" {
+			doc.Objects = append(doc.Objects, proxystatus.ObjectRollout{Kind: q.Kind, Namespace: q.Namespace, Name: q.Name, Rejected: why})
+		}
+	}
+	return doc
 }

@@ -14,15 +14,18 @@ const (
 	ProxyStatusName = "proxystatusz"
 	ClusterzName    = "clusterz"
 	ConfigzName     = "configz"
+	// ConfigStatusName takes ?kind=&namespace=&name= for one object.
+	ConfigStatusName = "configstatusz"
 )
 
 // Paths of the documents.
 const (
-	RegistryzPath   = Prefix + RegistryzName
-	FederationzPath = Prefix + FederationzName
-	TrustzPath      = Prefix + TrustzName
-	SpokezPath      = Prefix + SpokezName
-	ProxyStatusPath = Prefix + ProxyStatusName
-	ClusterzPath    = Prefix + ClusterzName
-	ConfigzPath     = Prefix + ConfigzName
+	RegistryzPath    = Prefix + RegistryzName
+	FederationzPath  = Prefix + FederationzName
+	TrustzPath       = Prefix + TrustzName
+	SpokezPath       = Prefix + SpokezName
+	ProxyStatusPath  = Prefix + ProxyStatusName
+	ClusterzPath     = Prefix + ClusterzName
+	ConfigzPath      = Prefix + ConfigzName
+	ConfigStatusPath = Prefix + ConfigStatusName
 )

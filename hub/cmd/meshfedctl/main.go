@@ -3,6 +3,7 @@
 //	meshfedctl proxy-status [--hub ADDR] [-o table|json] [PROXY]
 //	meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
 //	meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
+//	meshfedctl config-status [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
 //
 // proxy-status asks the hub's CSDS service (envoy.service.status.v3, on the
 // xDS port, plaintext) for the fleet-wide proxy status and prints it with
@@ -36,6 +37,31 @@
 // field path, the object that shadows it, the notes on what a proxy kind
 // does not get. -o json writes the debugdoc.Configz document (or the one
 // object).
+//
+// config-status reads /debug/configstatusz and prints, for every object,
+// how many proxies of the fleet hold its newest generation: KIND NAMESPACE
+// NAME GEN PROXIES SYNCED STALE NACKED and a DETAIL ("deleted", why the
+// hub refuses the object, or where the proxies lacking it are: "STALE in
+// cluster-3 (2)"), then each replica's config epoch. With KIND/NS/NAME
+// (as for istio-config) it asks the hub for that object alone and prints
+// its summary line, its counts by cluster and by replica, and the proxies
+// that do not hold it, with why; it fails if the hub knows no such
+// object. -o json writes the proxystatus.ConfigStatusz document
+//
+//	{
+//	  "objects": [{"kind": "VirtualService", "namespace": "demo", "name": "echo",
+//	               "generation": 7, "proxies": 120, "synced": 118, "stale": 2,
+//	               "nacked": 0, "clusters": [{"cluster": "cluster-3", "proxies": 40,
+//	               "synced": 38, "stale": 2, "nacked": 0}, …],
+//	               "replicas": [{"replica": "hub-0", "held": true, "generation": 7,
+//	               "epoch": 12, "proxies": 60, "synced": 58}, …]}],
+//	  "replicas": [{"replica": "hub-0", "epoch": 12, "objects": 40, "proxies": 60}, …]
+//	}
+//
+// or, with KIND/NS/NAME, the one object, whose "pending" lists the proxies
+// not synced: [{"proxy": node ID, "name": "<pod>.<ns>", "cluster",
+// "replica", "state": "STALE" or "NACKED", "reason"}, …]. "deleted" and
+// "rejected" are left out unless set.
 package main
 
 import (

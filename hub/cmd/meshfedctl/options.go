@@ -14,6 +14,7 @@ const (
 	cmdRemoteClusters = "remote-clusters"
 	cmdTrustBundle    = "trust-bundle"
 	cmdIstioConfig    = "istio-config"
+	cmdConfigStatus   = "config-status"
 	cmdRemoteSecret   = "create-remote-secret"
 )
 
@@ -26,7 +27,7 @@ const (
 
 // Options is a parsed command line.
 type Options struct {
-	// Command is cmdProxyStatus or cmdRemoteClusters.
+	// Command is the subcommand: one of the cmd* constants.
 	Command string
 	// Hub is the address of a hub's xDS port, which serves CSDS.
 	Hub string
@@ -36,7 +37,8 @@ type Options struct {
 	Output string
 	// Proxy, for proxy-status, selects one proxy by name or node ID.
 	Proxy string
-	// Object, for istio-config, selects one object: KIND/NAMESPACE/NAME.
+	// Object, for istio-config and config-status, selects one object:
+	// KIND/NAMESPACE/NAME.
 	Object string
 	// Timeout bounds each call to the hub.
 	Timeout time.Duration
@@ -62,6 +64,7 @@ const usage = `usage:
   meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
   meshfedctl trust-bundle [--monitoring ADDR] [-o table|json|pem]
   meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NAMESPACE/NAME]
+  meshfedctl config-status [--monitoring ADDR] [-o table|json] [KIND/NAMESPACE/NAME]
   meshfedctl create-remote-secret --name CLUSTER_ID [--kubeconfig PATH] [--context CTX]
       [--service-account meshfed-reader] [--sa-namespace istio-system] [--token-ttl 720h]
       [--secret-namespace istio-system] [--apply-to CONFIG_KUBECONFIG [--rotate]]
@@ -89,7 +92,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	switch opts.Command {
 	case cmdProxyStatus:
 		fs.StringVar(&opts.Hub, "hub", opts.Hub, "address of a hub's xDS port (CSDS, plaintext)")
-	case cmdRemoteClusters, cmdTrustBundle, cmdIstioConfig:
+	case cmdRemoteClusters, cmdTrustBundle, cmdIstioConfig, cmdConfigStatus:
 		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
 	case cmdRemoteSecret:
 		rs := &opts.RemoteSecret
@@ -126,7 +129,7 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	switch {
 	case opts.Command == cmdProxyStatus && len(positional) == 1:
 		opts.Proxy = positional[0]
-	case opts.Command == cmdIstioConfig && len(positional) == 1:
+	case (opts.Command == cmdIstioConfig || opts.Command == cmdConfigStatus) && len(positional) == 1:
 		opts.Object = positional[0]
 	case len(positional) > 0:
 		return opts, fmt.Errorf("%s: unexpected arguments %q", opts.Command, positional)

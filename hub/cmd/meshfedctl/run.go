@@ -34,6 +34,8 @@ func run(ctx context.Context, opts Options, stdout io.Writer) error {
 		return trustBundle(ctx, opts, stdout)
 	case cmdIstioConfig:
 		return istioConfig(ctx, opts, stdout)
+	case cmdConfigStatus:
+		return configStatus(ctx, opts, stdout)
 	case cmdRemoteSecret:
 		return createRemoteSecret(ctx, opts.RemoteSecret, stdout)
 	}
