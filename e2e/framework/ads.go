@@ -29,7 +29,7 @@ type EDSUpdate struct {
 }
 
 // ADSWatcher is a raw state-of-the-world ADS stream to the hub that
-// subscribes to EDS, ACKs every response, and hands every received
+// subscribes to EDS (or other types, see Watch), ACKs every response, and hands every received
 // ClusterLoadAssignment over with its receive time. It measures push
 // latency without a gRPC data plane in between.
 type ADSWatcher struct {
@@ -41,9 +41,9 @@ type ADSWatcher struct {
 	sendMu   sync.Mutex
 	reject   string // when set, every response is NACKed with it
 	nodeSent bool
-	names    []string
-	versions map[string]string // last ACKed version per type URL
-	nonces   map[string]string // last received nonce per type URL
+	names    map[string][]string // subscribed names per type URL
+	versions map[string]string   // last ACKed version per type URL
+	nonces   map[string]string   // last received nonce per type URL
 
 	updates chan EDSUpdate
 	done    chan struct{}
@@ -77,7 +77,7 @@ func NewADSWatcher(ctx context.Context, hubAddr string, node *corev3.Node) (*ADS
 	}
 	w := &ADSWatcher{
 		conn: conn, stream: stream, cancel: cancel, node: node,
-		versions: map[string]string{}, nonces: map[string]string{},
+		names: map[string][]string{}, versions: map[string]string{}, nonces: map[string]string{},
 		updates: make(chan EDSUpdate, ADSWatcherBuffer),
 		done:    make(chan struct{}),
 	}
@@ -87,15 +87,21 @@ func NewADSWatcher(ctx context.Context, hubAddr string, node *corev3.Node) (*ADS
 
 // WatchEDS sets the EDS subscription to exactly the given cluster names.
 func (w *ADSWatcher) WatchEDS(names ...string) error {
+	return w.Watch(resourcev3.EndpointType, names...)
+}
+
+// Watch sets the subscription of typeURL to exactly names (none: a
+// wildcard). Responses of types other than EDS are ACKed (or NACKed, see
+// RejectAll) and not delivered.
+func (w *ADSWatcher) Watch(typeURL string, names ...string) error {
 	w.sendMu.Lock()
 	defer w.sendMu.Unlock()
-	w.names = slices.Clone(names)
-	t := resourcev3.EndpointType
+	w.names[typeURL] = slices.Clone(names)
 	return w.sendLocked(&discoveryv3.DiscoveryRequest{
-		TypeUrl:       t,
-		ResourceNames: w.names,
-		VersionInfo:   w.versions[t],
-		ResponseNonce: w.nonces[t],
+		TypeUrl:       typeURL,
+		ResourceNames: w.names[typeURL],
+		VersionInfo:   w.versions[typeURL],
+		ResponseNonce: w.nonces[typeURL],
 	})
 }
 
@@ -116,10 +122,7 @@ func (w *ADSWatcher) ack(resp *discoveryv3.DiscoveryResponse, rejectErr error) e
 	defer w.sendMu.Unlock()
 	t := resp.GetTypeUrl()
 	w.nonces[t] = resp.GetNonce()
-	req := &discoveryv3.DiscoveryRequest{TypeUrl: t, ResponseNonce: resp.GetNonce()}
-	if t == resourcev3.EndpointType {
-		req.ResourceNames = w.names
-	}
+	req := &discoveryv3.DiscoveryRequest{TypeUrl: t, ResponseNonce: resp.GetNonce(), ResourceNames: w.names[t]}
 	if rejectErr != nil {
 		req.VersionInfo = w.versions[t]
 		req.ErrorDetail = &statuspb.Status{Code: int32(codes.InvalidArgument), Message: rejectErr.Error()}
