@@ -102,6 +102,7 @@ type Snapshot struct {
 	dr            hostIndex[*DestinationRule]
 	security      securityIndex
 	sidecars      sidecarIndex
+	entries       entryIndex
 	shadowed      []Shadowed
 }
 
@@ -154,14 +155,23 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 			h := ResolveHost(o.Spec.GetHost(), o.Namespace, domainSuffix)
 			claim(&s.dr, h, o)
 			claims = append(claims, hostClaim{host: h, key: o.Key})
+		case *ServiceEntry:
+			for _, h := range entryHosts(o) {
+				s.entries.claim(h, o)
+				claims = append(claims, hostClaim{host: h, key: o.Key, entry: true})
+			}
 		}
 	}
+	s.entries.build()
 	for _, c := range claims {
 		var winner Key
-		if c.vs {
+		switch {
+		case c.vs:
 			v, _ := s.vs.get(c.host)
 			winner = v.Key
-		} else {
+		case c.entry:
+			winner = s.entries.byHost[c.host].Key
+		default:
 			d, _ := s.dr.get(c.host)
 			winner = d.Key
 		}
@@ -175,12 +185,13 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 	return s
 }
 
-// hostClaim is one object's claim of one host, of a VirtualService or a
-// DestinationRule.
+// hostClaim is one object's claim of one host, of a VirtualService, a
+// DestinationRule or a ServiceEntry.
 type hostClaim struct {
-	host model.Hostname
-	key  Key
-	vs   bool
+	host  model.Hostname
+	key   Key
+	vs    bool
+	entry bool
 }
 
 // claim gives host h to o unless an older object holds it.
@@ -277,7 +288,7 @@ func ResolveHost(host, ns, domainSuffix string) model.Hostname {
 }
 
 // Kinds are the kinds a Snapshot holds.
-var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule, validate.KindSidecar,
+var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule, validate.KindServiceEntry, validate.KindSidecar,
 	validate.KindPeerAuthentication, validate.KindAuthorizationPolicy}
 
 // hostIndex maps hostnames to the object that applies: exact hosts, and

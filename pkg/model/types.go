@@ -69,12 +69,60 @@ type ServicePort struct {
 	Protocol Protocol `json:"protocol"`
 }
 
-// Service is the cluster-independent description of a Kubernetes Service.
+// Service is the cluster-independent description of a Kubernetes Service,
+// or of the hosts of Istio ServiceEntries.
 type Service struct {
 	Hostname  Hostname      `json:"hostname"`
 	Name      string        `json:"name"`
 	Namespace string        `json:"namespace"`
 	Ports     []ServicePort `json:"ports"`
+	// External: a MESH_EXTERNAL ServiceEntry's host, outside the mesh. Its
+	// endpoints never speak mTLS.
+	External bool `json:"external,omitempty"`
+	// Resolution is how a proxy finds the service's endpoints:
+	// ResolutionEndpoints (the zero value) for the registry's endpoints,
+	// sent over EDS, as for every Kubernetes Service and a STATIC
+	// ServiceEntry; ResolutionDNS or ResolutionDNSRoundRobin for the DNS
+	// names of a ServiceEntry, which the proxy resolves.
+	Resolution Resolution `json:"resolution,omitempty"`
+	// DNSEndpoints are the names a DNS-resolved service's proxies resolve,
+	// in the ServiceEntry's order.
+	DNSEndpoints []DNSEndpoint `json:"dnsEndpoints,omitempty"`
+}
+
+// Resolution is how a proxy finds a service's endpoints.
+type Resolution string
+
+// The resolutions.
+const (
+	// ResolutionEndpoints: the registry's endpoints, by address (EDS).
+	ResolutionEndpoints Resolution = ""
+	// ResolutionDNS: every address every DNS name resolves to (Envoy's
+	// STRICT_DNS).
+	ResolutionDNS Resolution = "DNS"
+	// ResolutionDNSRoundRobin: the first address a name resolves to, for
+	// new connections (Envoy's LOGICAL_DNS).
+	ResolutionDNSRoundRobin Resolution = "DNS_ROUND_ROBIN"
+)
+
+// DNSEndpoint is one DNS name of a DNS-resolved service.
+type DNSEndpoint struct {
+	// Host is the name resolved.
+	Host string `json:"host"`
+	// Ports maps a service port name to the port on Host; a port without
+	// an entry is served on the service port's number.
+	Ports    map[string]uint32 `json:"ports,omitempty"`
+	Locality Locality          `json:"locality"`
+	// Weight is the endpoint's load-balancing weight; 0 means 1.
+	Weight uint32 `json:"weight,omitempty"`
+}
+
+// TargetPort returns the port on e that serves the service port sp.
+func (e *DNSEndpoint) TargetPort(sp ServicePort) uint32 {
+	if p, ok := e.Ports[sp.Name]; ok && p != 0 {
+		return p
+	}
+	return sp.Port
 }
 
 // Port returns the service port numbered p.
@@ -93,7 +141,10 @@ func (s *Service) Equal(o *Service) bool {
 		return s == o
 	}
 	return s.Hostname == o.Hostname && s.Name == o.Name && s.Namespace == o.Namespace &&
-		slices.Equal(s.Ports, o.Ports)
+		slices.Equal(s.Ports, o.Ports) && s.External == o.External && s.Resolution == o.Resolution &&
+		slices.EqualFunc(s.DNSEndpoints, o.DNSEndpoints, func(a, b DNSEndpoint) bool {
+			return a.Host == b.Host && a.Locality == b.Locality && a.Weight == b.Weight && mapsEqual(a.Ports, b.Ports)
+		})
 }
 
 // Endpoint is one address of a service in one cluster.
