@@ -1,6 +1,7 @@
 package xdsgen
 
 import (
+	"maps"
 	"slices"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -75,6 +76,10 @@ func (c *Cache) Service(svc *model.Service, cfg istioconfig.HostConfig, domainSu
 	// make a stale entry look current.
 	own := *svc
 	own.Ports = slices.Clone(svc.Ports)
+	own.DNSEndpoints = slices.Clone(svc.DNSEndpoints)
+	for i := range own.DNSEndpoints {
+		own.DNSEndpoints[i].Ports = maps.Clone(own.DNSEndpoints[i].Ports)
+	}
 	c.services[svc.Hostname] = serviceEntry{svc: &own, cfg: cfg, res: res}
 	return res, true
 }

@@ -22,8 +22,12 @@ const connectTimeout = 10 * time.Second
 // which grpc-go runs as locality-weighted round robin, unless dr's effective
 // traffic policy for the port and subset says otherwise (what grpc-go
 // accepts of it is translated; ClusterNotes(ProxyGRPC, dr) says what is left
-// out). With a nil dr the result depends on svc alone. Clusters is pure; a
-// nil svc yields nil.
+// out). A DNS-resolved svc (model.ResolutionDNS or ResolutionDNSRoundRobin)
+// gets, under the same names, LOGICAL_DNS clusters to its first DNS
+// endpoint instead (grpc-go has no STRICT_DNS; see dns.go and
+// ServiceNotes), subset clusters alike, DNS endpoints having no labels.
+// With a nil dr the result depends on svc alone. Clusters is pure; a nil
+// svc yields nil.
 func Clusters(svc *model.Service, dr *istioconfig.DestinationRule) []*clusterv3.Cluster {
 	ports := servicePorts(svc)
 	if len(ports) == 0 {
@@ -32,9 +36,9 @@ func Clusters(svc *model.Service, dr *istioconfig.DestinationRule) []*clusterv3.
 	subsets := subsetNames(dr)
 	out := make([]*clusterv3.Cluster, 0, len(ports)*(1+len(subsets)))
 	for _, p := range ports {
-		out = append(out, proxylessCluster(svc.Hostname, p.Port, "", dr))
+		out = append(out, proxylessCluster(svc, p, "", dr))
 		for _, s := range subsets {
-			out = append(out, proxylessCluster(svc.Hostname, p.Port, s, dr))
+			out = append(out, proxylessCluster(svc, p, s, dr))
 		}
 	}
 	sortByName(out)
@@ -42,9 +46,10 @@ func Clusters(svc *model.Service, dr *istioconfig.DestinationRule) []*clusterv3.
 }
 
 // proxylessCluster is the cluster of subset ("" for the whole service) of
-// port of h for grpc-go.
-func proxylessCluster(h model.Hostname, port uint32, subset string, dr *istioconfig.DestinationRule) *clusterv3.Cluster {
-	name := SubsetClusterName(h, port, subset)
+// port sp of svc for grpc-go: EDS, or LOGICAL_DNS for a DNS-resolved svc.
+func proxylessCluster(svc *model.Service, sp model.ServicePort, subset string, dr *istioconfig.DestinationRule) *clusterv3.Cluster {
+	port := sp.Port
+	name := SubsetClusterName(svc.Hostname, port, subset)
 	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
@@ -54,6 +59,9 @@ func proxylessCluster(h model.Hostname, port uint32, subset string, dr *istiocon
 		},
 		LbPolicy:       clusterv3.Cluster_ROUND_ROBIN,
 		ConnectTimeout: durationpb.New(connectTimeout),
+	}
+	if dnsResolved(svc) {
+		setDNS(c, svc, sp, ProxyGRPC)
 	}
 	applyPolicy(c, effectivePolicy(dr, port, subset), ProxyGRPC, false, discard)
 	return c

@@ -92,6 +92,23 @@
 // adds per subset the assignment of the endpoints whose Pod labels hold
 // the subset's labels (subset.go), with the default's priorities.
 //
+// # DNS-resolved services
+//
+// A ServiceEntry with resolution DNS or DNS_ROUND_ROBIN becomes a
+// model.Service whose Resolution says so and whose DNSEndpoints are the
+// names to resolve (dns.go). Its clusters keep their names, subset
+// clusters included, but carry the names in an inline load assignment
+// instead of EDS: Envoy gets STRICT_DNS (DNS) or LOGICAL_DNS
+// (DNS_ROUND_ROBIN, first name only), family V4_PREFERRED; grpc-go, which
+// has no STRICT_DNS and takes LOGICAL_DNS with exactly one endpoint, gets
+// LOGICAL_DNS to the first name for both. A name without a usable host or
+// port is dropped; without any, the hostname itself is resolved. DNS
+// endpoints have no labels, so a subset cluster is the whole service
+// under its subset's policy. There are no load assignments for them, and
+// no mutual TLS (no Pod labels); neither is there for the clusters of a
+// model.Service.External (MESH_EXTERNAL) service, whatever its endpoints'
+// labels. ServiceNotes says what each kind leaves out.
+//
 // # Security (mTLS)
 //
 // Clients use Istio's auto mTLS: they send mutual TLS to an endpoint

@@ -54,10 +54,14 @@ const (
 	classRemote        // anywhere else
 )
 
-// classify returns the proximity class of ep for proxies of g.
+// classify returns the proximity class of ep for proxies of g. An
+// endpoint of no cluster (a ServiceEntry's) ranks by its locality alone:
+// in the proxies' region it is as close as their own cluster.
 func classify(ep *model.Endpoint, g ProxyGroup) int {
 	switch {
 	case ep.Cluster == g.Cluster:
+		return classLocal
+	case ep.Cluster == "" && g.Region != "" && ep.Locality.Region == g.Region:
 		return classLocal
 	case g.Region != "" && ep.Locality.Region == g.Region:
 		return classRegion
@@ -91,7 +95,8 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 //     (grpc-go drops localities of weight 0);
 //   - each endpoint HEALTHY with weight 1, at "<address>:<target port>"
 //     (IPv4-mapped IPv6 addresses are unmapped, IPv6 zones dropped);
-//   - an endpoint whose Pod carries TLSModeLabel=TLSModeIstio has the
+//   - an endpoint whose Pod carries TLSModeLabel=TLSModeIstio (of a
+//     service that is not External) has the
 //     metadata filter_metadata[TransportSocketMatchKey] = {tlsMode:
 //     "istio"}, which an Envoy cluster's transport_socket_matches select
 //     mutual TLS by (see SidecarClusters); other endpoints have no
@@ -110,10 +115,14 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 // An assignment without eligible endpoints (a port nobody serves, a subset
 // that selects nothing) has no endpoints: valid, and grpc-go fails its RPCs
 // with UNAVAILABLE, Envoy answers 503. With a nil dr, or one without
-// subsets, the result depends on ms and g alone. LoadAssignments is pure and
+// subsets, the result depends on ms and g alone. A DNS-resolved service
+// (model.ResolutionDNS, ResolutionDNSRoundRobin) has none: its clusters
+// carry their DNS endpoints inline and subscribe to no assignment. The
+// endpoints of a model.Service.External service never have the tlsMode
+// metadata: they are outside the mesh. LoadAssignments is pure and
 // does not modify ms or dr; nil ms (or ms.Service) yields nil.
 func LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule) []*endpointv3.ClusterLoadAssignment {
-	if ms == nil {
+	if ms == nil || dnsResolved(ms.Service) {
 		return nil
 	}
 	ports := servicePorts(ms.Service)
@@ -258,7 +267,7 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 			lastLocality, lastID = ep.Locality, id
 		}
 		if ep.Labels != lastLabels {
-			lastLabels, lastInjected = ep.Labels, injected(ep)
+			lastLabels, lastInjected = ep.Labels, injected(ep) && !ms.Service.External
 		}
 		cands = append(cands, candidate{
 			key:      uint64(prox.class(ep))<<32 | uint64(lastID),

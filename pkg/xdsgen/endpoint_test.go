@@ -321,3 +321,23 @@ func TestResourcesReferToEachOther(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyEntryEndpoint: an endpoint of no cluster (a ServiceEntry's)
+// is local to proxies of its region, whatever their cluster, and remote
+// to the others.
+func TestClassifyEntryEndpoint(t *testing.T) {
+	ep := model.Endpoint{Address: netip.MustParseAddr("10.9.0.1"), Locality: model.Locality{Region: "r1"}}
+	for _, tc := range []struct {
+		g    ProxyGroup
+		want int
+	}{
+		{ProxyGroup{Cluster: "c1", Region: "r1"}, classLocal},
+		{ProxyGroup{Cluster: "c2", Region: "r1"}, classLocal},
+		{ProxyGroup{Cluster: "c1", Region: "r2"}, classRemote},
+		{ProxyGroup{Cluster: "c1"}, classRemote},
+	} {
+		if got := classify(&ep, tc.g); got != tc.want {
+			t.Errorf("group %+v: class %d, want %d", tc.g, got, tc.want)
+		}
+	}
+}

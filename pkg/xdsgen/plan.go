@@ -251,6 +251,17 @@ func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService
 	for _, r := range ServiceClusters(ms, cfg.DestinationRule, p.config, p.opts) {
 		b.shared[resourcev3.ClusterType].put(r.GetName(), r)
 	}
+	if dnsResolved(ms.Service) {
+		// A DNS-resolved service has no load assignments (its clusters
+		// carry their endpoints): delete those written while it was
+		// resolved by endpoints (commit drops deletes of unwritten names).
+		// The loop below memoizes the empty result.
+		for _, u := range b.eds {
+			for _, n := range p.names[h].clusters {
+				u.del(n)
+			}
+		}
+	}
 	for g, u := range b.eds {
 		if clas, rebuilt := p.gen.LoadAssignments(ms, g, cfg.DestinationRule); rebuilt {
 			for _, cla := range clas {

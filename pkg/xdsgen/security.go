@@ -111,7 +111,8 @@ func ServiceSANs(ms *model.MergedService, opts Options) []string {
 // transport_socket_matches (it NACKs a cluster that has them), so a
 // cluster is secure or plaintext as a whole. With no Pod labels and no
 // PeerAuthentication in sight this is Clusters with TLS on every cluster
-// with Security, and exactly Clusters without.
+// with Security, and exactly Clusters without. The clusters of an
+// External or DNS-resolved service are always plaintext (MTLSClusters).
 //
 // Unlike Clusters, the result depends on the endpoints (their labels,
 // target ports and service accounts) and on cfg's PeerAuthentications: a
@@ -158,7 +159,11 @@ func ServiceClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, c
 //     the mesh's PeerAuthentications apply to it). A cluster without
 //     endpoints is secure with Security.
 //
-// None (nil) for a nil ms (or ms.Service). It is pure.
+// None (nil) for a nil ms (or ms.Service), for a model.Service.External
+// service (a MESH_EXTERNAL ServiceEntry's hosts are outside the mesh,
+// whatever its endpoints' labels say) and for a DNS-resolved one (its
+// DNS endpoints have no Pod labels, and its registry endpoints, if any,
+// are not the ones its clusters reach). It is pure.
 func MTLSClusters(k ProxyKind, ms *model.MergedService, dr *istioconfig.DestinationRule, cfg *istioconfig.Snapshot, opts Options) []string {
 	var out []string
 	for name := range mtlsClusterSet(k, ms, dr, cfg, opts) {
@@ -170,7 +175,7 @@ func MTLSClusters(k ProxyKind, ms *model.MergedService, dr *istioconfig.Destinat
 
 // mtlsClusterSet is MTLSClusters as a set; nil when there are none.
 func mtlsClusterSet(k ProxyKind, ms *model.MergedService, dr *istioconfig.DestinationRule, cfg *istioconfig.Snapshot, opts Options) map[string]bool {
-	if ms == nil || ms.Service == nil {
+	if ms == nil || ms.Service == nil || ms.Service.External || dnsResolved(ms.Service) {
 		return nil
 	}
 	ports := servicePorts(ms.Service)

@@ -39,6 +39,13 @@ const localhost = "127.0.0.1"
 //   - outbound|<port>|<subset>|<hostname> likewise for every subset of the
 //     service's DestinationRule in config (config.Host(hostname)), mutual
 //     TLS decided over the subset's endpoints;
+//   - for a DNS-resolved service, under the same names, STRICT_DNS
+//     (model.ResolutionDNS) or LOGICAL_DNS (ResolutionDNSRoundRobin, to
+//     the first DNS endpoint only) clusters with an inline load assignment
+//     of its DNS endpoints instead of EDS, subset clusters alike (DNS
+//     endpoints have no labels to select), in plaintext (see dns.go and
+//     ServiceNotes); a model.Service.External service is always
+//     plaintext;
 //   - each of those under the DestinationRule's effective traffic policy
 //     for its port and subset (load balancer, connection pool, outlier
 //     detection; ClusterNotes(ProxyEnvoy, dr) says what is left out);
@@ -77,7 +84,7 @@ func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, 
 	var out []*clusterv3.Cluster
 	for _, sp := range servicePorts(ms.Service) {
 		for _, subset := range subsets {
-			c := outboundCluster(ms.Service.Hostname, sp, subset, dr)
+			c := outboundCluster(ms.Service, sp, subset, dr)
 			if secure[c.GetName()] {
 				c.TransportSocketMatches = sidecarAutoMTLS(SidecarSNI(ms.Service.Hostname, sp.Port), sans, isHTTP2(sp.Protocol))
 			}
@@ -88,9 +95,11 @@ func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, 
 }
 
 // outboundCluster is the plaintext cluster of subset ("" for the whole
-// service) of port sp of h.
-func outboundCluster(h model.Hostname, sp model.ServicePort, subset string, dr *istioconfig.DestinationRule) *clusterv3.Cluster {
-	name := SubsetClusterName(h, sp.Port, subset)
+// service) of port sp of svc: EDS, or for a DNS-resolved svc STRICT_DNS
+// (ResolutionDNS) or LOGICAL_DNS (ResolutionDNSRoundRobin) over its DNS
+// endpoints (see dns.go).
+func outboundCluster(svc *model.Service, sp model.ServicePort, subset string, dr *istioconfig.DestinationRule) *clusterv3.Cluster {
+	name := SubsetClusterName(svc.Hostname, sp.Port, subset)
 	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
@@ -103,6 +112,9 @@ func outboundCluster(h model.Hostname, sp model.ServicePort, subset string, dr *
 		CircuitBreakers: &clusterv3.CircuitBreakers{
 			Thresholds: []*clusterv3.CircuitBreakers_Thresholds{unlimitedThresholds()},
 		},
+	}
+	if dnsResolved(svc) {
+		setDNS(c, svc, sp, ProxyEnvoy)
 	}
 	if po := applyPolicy(c, effectivePolicy(dr, sp.Port, subset), ProxyEnvoy, isHTTP2(sp.Protocol), discard); po != nil {
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsKey: mustAny(po)}
