@@ -505,6 +505,8 @@ func TestHubChart(t *testing.T) {
 		`"networking.istio.io" virtualservices/status patch`, `"networking.istio.io" destinationrules/status patch`,
 		`"networking.istio.io" sidecars get`, `"networking.istio.io" sidecars list`, `"networking.istio.io" sidecars watch`,
 		`"networking.istio.io" sidecars/status patch`,
+		`"networking.istio.io" serviceentries get`, `"networking.istio.io" serviceentries list`, `"networking.istio.io" serviceentries watch`,
+		`"networking.istio.io" serviceentries/status patch`,
 		`"security.istio.io" peerauthentications get`, `"security.istio.io" peerauthentications list`, `"security.istio.io" peerauthentications watch`,
 		`"security.istio.io" authorizationpolicies get`, `"security.istio.io" authorizationpolicies list`, `"security.istio.io" authorizationpolicies watch`,
 		`"security.istio.io" peerauthentications/status patch`, `"security.istio.io" authorizationpolicies/status patch`,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -25,6 +26,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/istioconfig/validate"
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
 
@@ -377,6 +379,9 @@ func (w *Watcher) read(ctx context.Context, k istioconfig.Key) (*entry, error) {
 		for _, n := range xdsgen.ConfigNotes(e.obj, w.opts.DomainSuffix) {
 			e.notes = append(e.notes, n.Field+": "+n.Reason+" ("+n.Kind.String()+")")
 		}
+		if se, ok := e.obj.(*istioconfig.ServiceEntry); ok {
+			e.notes = append(e.notes, entryNotes(se)...)
+		}
 	}
 	if e.obj == nil {
 		w.metrics.rejected.WithLabelValues(k.Kind, e.reason).Inc()
@@ -411,4 +416,26 @@ func (w *Watcher) queueStatus() {
 			w.statusQ.Add(d.k)
 		}
 	}
+}
+
+// entryNotes says what of a ServiceEntry proxies do not get: of the entry
+// (istioconfig.EntryNotes), and of the services its hosts become
+// (xdsgen.ServiceNotes: DNS endpoints a proxy kind does not resolve).
+func entryNotes(se *istioconfig.ServiceEntry) []string {
+	out := istioconfig.EntryNotes(se)
+	for _, h := range se.Spec.GetHosts() {
+		if strings.HasPrefix(h, "*") {
+			continue // no service (EntryNotes says so)
+		}
+		ms := istioconfig.EntryService(model.Hostname(strings.ToLower(h)), se)
+		if ms == nil {
+			continue
+		}
+		for _, n := range xdsgen.ServiceNotes(ms, nil) {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }

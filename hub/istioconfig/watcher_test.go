@@ -211,7 +211,19 @@ func TestWatcher(t *testing.T) {
 	// without rules, which Istio refuses.
 	strict := object("v1beta1", "PeerAuthentication", "default", map[string]any{"mtls": map[string]any{"mode": "STRICT"}})
 	denyNothing := object("v1", "AuthorizationPolicy", "deny-nothing", map[string]any{"action": "DENY"})
-	f.create(dr, badWeight, noHost, dup, quiet, strict, denyNothing)
+	// A ServiceEntry of an external host, and one that Istio refuses (two
+	// endpoints with DNS_ROUND_ROBIN).
+	payments := object("v1", "ServiceEntry", "payments", map[string]any{
+		"hosts": []any{"payments.ext.test"}, "resolution": "STATIC",
+		"ports":     []any{map[string]any{"number": int64(443), "name": "https", "protocol": "HTTPS"}},
+		"endpoints": []any{map[string]any{"address": "10.9.0.1"}},
+	})
+	twoNames := object("v1", "ServiceEntry", "two-names", map[string]any{
+		"hosts": []any{"db.ext.test"}, "resolution": "DNS_ROUND_ROBIN",
+		"ports":     []any{map[string]any{"number": int64(5432), "name": "tcp", "protocol": "TCP"}},
+		"endpoints": []any{map[string]any{"address": "db-1.ext.test"}, map[string]any{"address": "db-2.ext.test"}},
+	})
+	f.create(dr, badWeight, noHost, dup, quiet, strict, denyNothing, payments, twoNames)
 
 	var quietWrites atomic.Bool // whether this replica writes quiet's status
 	f.start(cfg, func(k istioconfig.Key) bool { return k.Name != "quiet" || quietWrites.Load() })
@@ -223,7 +235,7 @@ func TestWatcher(t *testing.T) {
 		for _, o := range s.Objects() {
 			keys = append(keys, istioconfig.MetaOf(o).Key.String())
 		}
-		want := "DestinationRule/demo/reviews PeerAuthentication/demo/default VirtualService/demo/quiet VirtualService/demo/reviews VirtualService/demo/reviews-dup"
+		want := "DestinationRule/demo/reviews PeerAuthentication/demo/default ServiceEntry/demo/payments VirtualService/demo/quiet VirtualService/demo/reviews VirtualService/demo/reviews-dup"
 		if got := strings.Join(keys, " "); got != want {
 			return fmt.Errorf("snapshot objects %v, want %s", keys, want)
 		}
@@ -233,6 +245,9 @@ func TestWatcher(t *testing.T) {
 	hc := s.Host(reviews)
 	if hc.VirtualService == nil || hc.VirtualService.Name != "reviews" || hc.DestinationRule == nil {
 		t.Errorf("host %s: %+v", reviews, hc)
+	}
+	if e := s.Entry("payments.ext.test"); e == nil || len(e.Endpoints) != 1 || !e.Service.External {
+		t.Errorf("payments.ext.test: %+v, want the entry's external service", e)
 	}
 	if m := s.Workload(ns, model.Labels{}).MTLS(8080, istioconfig.MTLSDisable); m != istioconfig.MTLSStrict {
 		t.Errorf("a workload of %s: mode %s, want STRICT from the v1beta1 PeerAuthentication", ns, m)
@@ -248,6 +263,8 @@ func TestWatcher(t *testing.T) {
 		f.reconciled("VirtualService", "reviews-dup", "False", "Shadowed", "host "+reviews+" is held by VirtualService/demo/reviews"),
 		f.reconciled("PeerAuthentication", "default", "True", "Accepted", ""),
 		f.reconciled("AuthorizationPolicy", "deny-nothing", "False", "Invalid", "spec.rules"),
+		f.reconciled("ServiceEntry", "payments", "True", "Accepted", ""),
+		f.reconciled("ServiceEntry", "two-names", "False", "Invalid", "spec.endpoints: at most one endpoint with resolution DNS_ROUND_ROBIN"),
 	} {
 		testutil.Eventually(t, timeout, poll, check)
 	}
@@ -269,6 +286,8 @@ meshfed_config_rejected_total{kind="DestinationRule",reason="invalid"} 0
 meshfed_config_rejected_total{kind="DestinationRule",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="PeerAuthentication",reason="invalid"} 0
 meshfed_config_rejected_total{kind="PeerAuthentication",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="ServiceEntry",reason="invalid"} 1
+meshfed_config_rejected_total{kind="ServiceEntry",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="Sidecar",reason="invalid"} 0
 meshfed_config_rejected_total{kind="Sidecar",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="VirtualService",reason="invalid"} 1
@@ -284,6 +303,9 @@ meshfed_config_objects{kind="DestinationRule",state="shadowed"} 0
 meshfed_config_objects{kind="PeerAuthentication",state="applied"} 1
 meshfed_config_objects{kind="PeerAuthentication",state="rejected"} 0
 meshfed_config_objects{kind="PeerAuthentication",state="shadowed"} 0
+meshfed_config_objects{kind="ServiceEntry",state="applied"} 1
+meshfed_config_objects{kind="ServiceEntry",state="rejected"} 1
+meshfed_config_objects{kind="ServiceEntry",state="shadowed"} 0
 meshfed_config_objects{kind="Sidecar",state="applied"} 0
 meshfed_config_objects{kind="Sidecar",state="rejected"} 0
 meshfed_config_objects{kind="Sidecar",state="shadowed"} 0
@@ -296,7 +318,7 @@ meshfed_config_objects{kind="VirtualService",state="shadowed"} 1
 
 	// /debug/configz, through the hub's monitoring server.
 	doc := f.configz()
-	if !doc.Synced || doc.Generation < 1 || len(doc.Objects) != 8 {
+	if !doc.Synced || doc.Generation < 1 || len(doc.Objects) != 10 {
 		t.Fatalf("configz: %+v", doc)
 	}
 	for name, want := range map[string]hubconfig.State{

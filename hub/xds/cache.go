@@ -39,8 +39,9 @@ type groupCache struct {
 	ledger *Ledger
 	opts   xdsgen.Options
 
-	// services returns the registry's services, to fill a new group's
-	// cache. It is called with mu held, so a push cannot interleave.
+	// services returns the registry's services, sorted by hostname (see
+	// meshServicesLocked for the mesh's). It is called with mu held, so a
+	// push cannot interleave.
 	services func() []*model.MergedService
 
 	// mu guards planner, eds, streams, members and the Envoy state: every
@@ -115,14 +116,18 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	secChanged := false
-	if cfg != c.planner.Config() {
-		secChanged = istioconfig.SecurityChanged(c.planner.Config(), cfg)
+	if old := c.planner.Config(); cfg != old {
+		secChanged = istioconfig.SecurityChanged(old, cfg)
 		c.ledger.begin(cfg)
-		hs = union(hs, c.planner.SetConfig(cfg, hostnames(c.services())))
+		hosts := union(hostnames(c.services()), union(old.EntryHosts(), cfg.EntryHosts()))
+		hs = union(hs, c.planner.SetConfig(cfg, hosts))
+		// A ServiceEntry's host changes with the entry, not its
+		// HostConfig.
+		hs = union(hs, istioconfig.EntriesChanged(old, cfg))
 	}
 	updates := make([]xdsgen.ServiceUpdate, len(hs))
 	for i, h := range hs {
-		updates[i] = xdsgen.ServiceUpdate{Hostname: h, Service: service(h)}
+		updates[i] = xdsgen.ServiceUpdate{Hostname: h, Service: istioconfig.MergeEntry(service(h), cfg.Entry(h))}
 	}
 	p := c.planner.Plan(updates)
 	reshaped := c.reshapeLocked(updates)
@@ -150,6 +155,33 @@ func (c *groupCache) seal() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.ledger.seal()
+}
+
+// meshServicesLocked returns the mesh's services: the registry's, merged
+// with the ServiceEntries of the planner's configuration (MergeEntry),
+// sorted by hostname as the registry's are.
+func (c *groupCache) meshServicesLocked() []*model.MergedService {
+	base := c.services()
+	cfg := c.planner.Config()
+	entries := cfg.EntryHosts()
+	if len(entries) == 0 {
+		return base
+	}
+	out := make([]*model.MergedService, 0, len(base)+len(entries))
+	i := 0
+	for _, h := range entries {
+		for i < len(base) && base[i].Service.Hostname < h {
+			out = append(out, base[i])
+			i++
+		}
+		var same *model.MergedService
+		if i < len(base) && base[i].Service.Hostname == h {
+			same = base[i]
+			i++
+		}
+		out = append(out, istioconfig.MergeEntry(same, cfg.Entry(h)))
+	}
+	return append(out, base[i:]...)
 }
 
 // hostnames returns the hostnames of services.
@@ -220,7 +252,7 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 	if len(c.sidecars) == 0 {
 		return nil
 	}
-	services := c.services()
+	services := c.meshServicesLocked()
 	var out []write
 	if r.routes {
 		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.opts)); ok {
@@ -321,7 +353,7 @@ func (c *groupCache) group(g xdsgen.ProxyGroup) *versioned {
 	defer c.mu.Unlock()
 	lc, ok := c.eds[g]
 	if !ok {
-		initial := c.planner.AddGroup(g, c.services())
+		initial := c.planner.AddGroup(g, c.meshServicesLocked())
 		lc = c.ledger.newCache(resourcev3.EndpointType, initial)
 		c.eds[g] = lc
 		c.metrics.groupsBuilt.Inc()
@@ -364,7 +396,7 @@ func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node) {
 		sc.members++
 		return
 	}
-	services := c.services()
+	services := c.meshServicesLocked()
 	if len(c.sidecars) == 0 {
 		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.opts)); ok {
 			// Updating only fails for a nil resource.
@@ -472,7 +504,7 @@ func (c *groupCache) workloadLookupLocked() xdsgen.WorkloadLookup {
 	cfg := c.planner.Config()
 	return func(cluster model.ClusterID, ip netip.Addr) istioconfig.WorkloadSecurity {
 		if x == nil {
-			x = indexPods(c.services())
+			x = indexPods(c.meshServicesLocked())
 		}
 		sec, _ := x.security(cfg, cluster, ip, "")
 		return sec

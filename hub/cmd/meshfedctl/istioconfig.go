@@ -59,7 +59,7 @@ func istioConfig(ctx context.Context, opts Options, stdout io.Writer) error {
 var errUnknownObject = errors.New("unknown object")
 
 // parseObjectName splits KIND/NS/NAME; KIND is case-insensitive and may
-// be Istio's short name (vs, dr, pa, ap).
+// be Istio's short name (vs, dr, se, pa, ap).
 func parseObjectName(s string) (kind, ns, name string, err error) {
 	parts := strings.Split(s, "/")
 	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
@@ -70,12 +70,16 @@ func parseObjectName(s string) (kind, ns, name string, err error) {
 		kind = "VirtualService"
 	case "destinationrule", "dr":
 		kind = "DestinationRule"
+	case "serviceentry", "se":
+		kind = "ServiceEntry"
+	case "sidecar":
+		kind = "Sidecar"
 	case "peerauthentication", "pa":
 		kind = "PeerAuthentication"
 	case "authorizationpolicy", "ap":
 		kind = "AuthorizationPolicy"
 	default:
-		return "", "", "", fmt.Errorf("%q: kind %q is not one the hub reads (VirtualService, DestinationRule, PeerAuthentication, AuthorizationPolicy)", s, parts[0])
+		return "", "", "", fmt.Errorf("%q: kind %q is not one the hub reads (VirtualService, DestinationRule, ServiceEntry, Sidecar, PeerAuthentication, AuthorizationPolicy)", s, parts[0])
 	}
 	return kind, parts[1], parts[2], nil
 }

@@ -85,13 +85,14 @@ func TestParseObjectName(t *testing.T) {
 		"vs/demo/a": "VirtualService", "DestinationRule/demo/a": "DestinationRule",
 		"pa/demo/a": "PeerAuthentication", "peerauthentication/demo/a": "PeerAuthentication",
 		"AP/demo/a": "AuthorizationPolicy", "AuthorizationPolicy/demo/a": "AuthorizationPolicy",
+		"se/demo/a": "ServiceEntry", "ServiceEntry/demo/a": "ServiceEntry", "sidecar/demo/a": "Sidecar",
 	} {
 		kind, ns, name, err := parseObjectName(in)
 		if err != nil || kind != want || ns != "demo" || name != "a" {
 			t.Errorf("parseObjectName(%q) = %q %q %q, %v; want %s demo a", in, kind, ns, name, err, want)
 		}
 	}
-	if _, _, _, err := parseObjectName("se/demo/a"); err == nil || !strings.Contains(err.Error(), "AuthorizationPolicy") {
-		t.Errorf("ServiceEntry: %v, want a refusal naming the kinds read", err)
+	if _, _, _, err := parseObjectName("gw/demo/a"); err == nil || !strings.Contains(err.Error(), "ServiceEntry") {
+		t.Errorf("Gateway: %v, want a refusal naming the kinds read", err)
 	}
 }

@@ -30,12 +30,13 @@
 // where "owners" is left out when unknown: the hub has no
 // /debug/federationz, or no replica owns the cluster.
 //
-// istio-config reads /debug/configz and prints every VirtualService and
-// DestinationRule the hub read: KIND NAMESPACE NAME GENERATION STATE
-// (applied, rejected, shadowed) and a one-line DETAIL; with KIND/NS/NAME
-// (kind case-insensitive, or vs / dr) one object in full: its errors by
-// field path, the object that shadows it, the notes on what a proxy kind
-// does not get. -o json writes the debugdoc.Configz document (or the one
+// istio-config reads /debug/configz and prints every Istio object the hub
+// read (VirtualService, DestinationRule, ServiceEntry, Sidecar,
+// PeerAuthentication, AuthorizationPolicy): KIND NAMESPACE NAME GENERATION
+// STATE (applied, rejected, shadowed) and a one-line DETAIL; with
+// KIND/NS/NAME (kind case-insensitive, or vs / dr / se / pa / ap) one
+// object in full: its errors by field path, the object that shadows it,
+// the notes on what a proxy kind does not get. -o json writes the debugdoc.Configz document (or the one
 // object).
 //
 // config-status reads /debug/configstatusz and prints, for every object,
