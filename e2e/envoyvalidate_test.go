@@ -215,6 +215,19 @@ func validateFixture() []*model.MergedService {
 			ep("cluster-1", "10.1.0.1", "tcp-echo", map[string]uint32{"tcp": 9001})),
 		merged("echo", "other", []model.ServicePort{{Name: "http", Port: 8080, Protocol: model.ProtocolHTTP2}},
 			ep("cluster-2", "10.2.0.9", "", map[string]uint32{"http": 8080})),
+		// ServiceEntry hosts found by DNS: STRICT_DNS over two names, and
+		// LOGICAL_DNS (DNS_ROUND_ROBIN).
+		{Service: &model.Service{Hostname: "db.ext.test", Name: "db.ext.test", Namespace: "demo", External: true,
+			Resolution: model.ResolutionDNS,
+			Ports: []model.ServicePort{{Name: "http", Port: 8088, Protocol: model.ProtocolHTTP}, {Name: "tcp", Port: 5432, Protocol: model.ProtocolTCP}},
+			DNSEndpoints: []model.DNSEndpoint{
+				{Host: "db-1.ext.test", Ports: map[string]uint32{"http": 18088}, Locality: model.Locality{Region: "us-east"}, Weight: 3},
+				{Host: "db-2.ext.test"},
+			}}},
+		{Service: &model.Service{Hostname: "api.ext.test", Name: "api.ext.test", Namespace: "demo", External: true,
+			Resolution: model.ResolutionDNSRoundRobin,
+			Ports:      []model.ServicePort{{Name: "grpc", Port: 9443, Protocol: model.ProtocolGRPC}},
+			DNSEndpoints: []model.DNSEndpoint{{Host: "api.ext.test"}}}},
 	}
 }
 

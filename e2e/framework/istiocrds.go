@@ -1,12 +1,18 @@
 package framework
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -51,13 +57,39 @@ func installIstioCRDs(ctx context.Context, c *Cluster) error {
 	return nil
 }
 
-// ApplyIstio creates or replaces, in the config cluster, the Istio object
-// doc (YAML of one object, e.g. a VirtualService), straight into the
-// apiserver: no validation webhook runs there, as when the spoke's is
-// bypassed. Its namespace is created when missing.
+// ApplyIstio creates or replaces, in the config cluster, the Istio objects
+// of doc (YAML, one object or several separated by "---"), in order,
+// straight into the apiserver: no validation webhook runs there, as when
+// the spoke's is bypassed. Their namespaces are created when missing.
 func (c *ConfigCluster) ApplyIstio(ctx context.Context, doc string) error {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(doc)))
+	applied := 0
+	for {
+		part, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("framework: Istio objects: %w", err)
+		}
+		if len(bytes.TrimSpace(part)) == 0 {
+			continue
+		}
+		if err := c.applyIstio(ctx, part); err != nil {
+			return err
+		}
+		applied++
+	}
+	if applied == 0 {
+		return errors.New("framework: no Istio object to apply")
+	}
+	return nil
+}
+
+// applyIstio creates or replaces the one object of doc.
+func (c *ConfigCluster) applyIstio(ctx context.Context, doc []byte) error {
 	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+	if err := yaml.Unmarshal(doc, &u.Object); err != nil {
 		return fmt.Errorf("framework: Istio object: %w", err)
 	}
 	if err := c.EnsureNamespace(ctx, u.GetNamespace()); err != nil {
