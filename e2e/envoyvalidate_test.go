@@ -219,14 +219,14 @@ func validateFixture() []*model.MergedService {
 		// LOGICAL_DNS (DNS_ROUND_ROBIN).
 		{Service: &model.Service{Hostname: "db.ext.test", Name: "db.ext.test", Namespace: "demo", External: true,
 			Resolution: model.ResolutionDNS,
-			Ports: []model.ServicePort{{Name: "http", Port: 8088, Protocol: model.ProtocolHTTP}, {Name: "tcp", Port: 5432, Protocol: model.ProtocolTCP}},
+			Ports:      []model.ServicePort{{Name: "http", Port: 8088, Protocol: model.ProtocolHTTP}, {Name: "tcp", Port: 5432, Protocol: model.ProtocolTCP}},
 			DNSEndpoints: []model.DNSEndpoint{
 				{Host: "db-1.ext.test", Ports: map[string]uint32{"http": 18088}, Locality: model.Locality{Region: "us-east"}, Weight: 3},
 				{Host: "db-2.ext.test"},
 			}}},
 		{Service: &model.Service{Hostname: "api.ext.test", Name: "api.ext.test", Namespace: "demo", External: true,
-			Resolution: model.ResolutionDNSRoundRobin,
-			Ports:      []model.ServicePort{{Name: "grpc", Port: 9443, Protocol: model.ProtocolGRPC}},
+			Resolution:   model.ResolutionDNSRoundRobin,
+			Ports:        []model.ServicePort{{Name: "grpc", Port: 9443, Protocol: model.ProtocolGRPC}},
 			DNSEndpoints: []model.DNSEndpoint{{Host: "api.ext.test"}}}},
 	}
 }
