@@ -31,6 +31,10 @@ type ServiceResources struct {
 type Cache struct {
 	services  map[model.Hostname]serviceEntry
 	endpoints map[model.Hostname]map[ProxyGroup]endpointsEntry
+	// coarse holds, by ProxyGroup.coarse, the assignments last built for
+	// a group to which no distribute entry applies: the same for every
+	// group of that cluster and region, whatever their zones.
+	coarse map[model.Hostname]map[ProxyGroup]endpointsEntry
 }
 
 type serviceEntry struct {
@@ -50,6 +54,7 @@ func NewCache() *Cache {
 	return &Cache{
 		services:  map[model.Hostname]serviceEntry{},
 		endpoints: map[model.Hostname]map[ProxyGroup]endpointsEntry{},
+		coarse:    map[model.Hostname]map[ProxyGroup]endpointsEntry{},
 	}
 }
 
@@ -89,9 +94,13 @@ func (c *Cache) Service(svc *model.Service, cfg istioconfig.HostConfig, domainSu
 // Pointer identity is the right test because a model.Registry returns the
 // same immutable *MergedService for a hostname until one of its shards
 // changes, and an istioconfig.Snapshot keeps an unchanged object's
-// pointer. rebuilt reports whether the result was built by this call (it
-// may still be proto.Equal to the previous one, e.g. when only an unready
-// endpoint changed). A nil ms (or ms.Service) yields nil and false.
+// pointer. rebuilt reports whether the result is new for g since the last
+// call (it may still be proto.Equal to the previous one, e.g. when only an
+// unready endpoint changed). Groups that differ only in zone and sub-zone
+// share one build when no distribute entry of dr applies to them
+// (distributeApplies): the result then is the very slice built for the
+// first of them, and rebuilt is still true for each group's first call
+// with this ms and dr. A nil ms (or ms.Service) yields nil and false.
 func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule) (res []*endpointv3.ClusterLoadAssignment, rebuilt bool) {
 	if ms == nil || ms.Service == nil {
 		return nil, false
@@ -105,7 +114,22 @@ func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istio
 		byGroup = map[ProxyGroup]endpointsEntry{}
 		c.endpoints[h] = byGroup
 	}
-	res = LoadAssignments(ms, g, dr)
+	if distributeApplies(dr, g) {
+		res = LoadAssignments(ms, g, dr)
+	} else {
+		cg := g.coarse()
+		shared := c.coarse[h]
+		if e, ok := shared[cg]; ok && e.ms == ms && e.dr == dr {
+			res = e.res
+		} else {
+			if shared == nil {
+				shared = map[ProxyGroup]endpointsEntry{}
+				c.coarse[h] = shared
+			}
+			res = LoadAssignments(ms, g, dr)
+			shared[cg] = endpointsEntry{ms: ms, dr: dr, res: res}
+		}
+	}
 	byGroup[g] = endpointsEntry{ms: ms, dr: dr, res: res}
 	return res, true
 }
@@ -115,15 +139,25 @@ func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istio
 func (c *Cache) Forget(h model.Hostname) {
 	delete(c.services, h)
 	delete(c.endpoints, h)
+	delete(c.coarse, h)
 }
 
 // ForgetGroup drops the load assignments memoized for proxy group g, for
-// every hostname; call it when the last proxy of g disconnects.
+// every hostname, and those shared by the groups of its cluster and region
+// (which the others then rebuild on their next change); call it when the
+// last proxy of g disconnects.
 func (c *Cache) ForgetGroup(g ProxyGroup) {
 	for h, byGroup := range c.endpoints {
 		delete(byGroup, g)
 		if len(byGroup) == 0 {
 			delete(c.endpoints, h)
+		}
+	}
+	cg := g.coarse()
+	for h, shared := range c.coarse {
+		delete(shared, cg)
+		if len(shared) == 0 {
+			delete(c.coarse, h)
 		}
 	}
 }

@@ -274,16 +274,17 @@ func scratchCluster(k ProxyKind) *clusterv3.Cluster {
 // cluster of kind k with k's defaults, and returns the upstream HTTP
 // protocol options an Envoy cluster needs (always nil for proxyless
 // clusters): HTTP/2 when http2 (the port speaks it) or the pool asks for
-// the upgrade, with the pool's connection settings. TLS is left to the
-// hub's mTLS setting.
+// the upgrade, with the pool's connection settings. TLS is not set here:
+// it depends on the endpoints too (ServiceClusters, outboundClusters; see
+// drtls.go), but its notes are collected here.
 func applyPolicy(c *clusterv3.Cluster, tp *networking.TrafficPolicy, k ProxyKind, http2 bool, n notes) *httpv3.HttpProtocolOptions {
 	var pool poolOptions
 	if tp != nil {
 		applyLoadBalancer(c, tp.GetLoadBalancer(), k, n.at("loadBalancer"))
 		pool = applyConnectionPool(c, tp.GetConnectionPool(), k, n.at("connectionPool"))
 		applyOutlierDetection(c, tp.GetOutlierDetection(), k, n.at("outlierDetection"))
-		if tp.GetTls() != nil {
-			n.at("tls").addf("not supported yet; the hub's mTLS setting applies")
+		if t := tp.GetTls(); t != nil && n.out != nil {
+			tlsNotes(t, k, n.at("tls")) // the TLS itself is ServiceClusters' and outboundClusters'
 		}
 	}
 	if k == ProxyGRPC {
@@ -319,7 +320,7 @@ func applyLoadBalancer(c *clusterv3.Cluster, lb *networking.LoadBalancerSettings
 		n.at("backendUtilization").addf("not supported yet; %s used", c.GetLbPolicy())
 	}
 	if ls := lb.GetLocalityLbSetting(); ls != nil {
-		localityNotes(ls, n.at("localityLbSetting"))
+		localityNotes(ls, k, c.GetLbPolicy(), n.at("localityLbSetting"))
 	}
 	if lb.GetZoneAwareLbSetting() != nil {
 		n.at("zoneAwareLbSetting").addf("not supported yet; dropped")
@@ -333,10 +334,11 @@ func applyLoadBalancer(c *clusterv3.Cluster, lb *networking.LoadBalancerSettings
 }
 
 // localityNotes says what of a localityLbSetting the load assignments do
-// not apply (see proximity); the rest holds for both proxy kinds alike.
-func localityNotes(ls *networking.LocalityLoadBalancerSetting, n notes) {
-	if len(ls.GetDistribute()) > 0 {
-		n.at("distribute").addf("not supported yet; localities are weighted by their endpoints")
+// not apply (see proximity), or apply where Istio would reject it, for
+// clusters of kind k with load balancer policy lbPolicy.
+func localityNotes(ls *networking.LocalityLoadBalancerSetting, k ProxyKind, lbPolicy clusterv3.Cluster_LbPolicy, n notes) {
+	if distributes(ls) {
+		distributeNotes(ls, k, lbPolicy, n.at("distribute"))
 	}
 	if len(ls.GetFailoverPriority()) > 0 && len(ls.GetFailover()) > 0 {
 		n.at("failover").addf("ignored: failoverPriority decides the priorities")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -492,7 +493,7 @@ var fuzzExtremes = []string{
 }
 
 func FuzzDestinationRuleClusters(f *testing.F) {
-	for _, s := range fuzzExtremes {
+	for _, s := range slices.Concat(fuzzExtremes, fuzzTLSSeeds, fuzzDistributeSeeds) {
 		f.Add([]byte(s))
 	}
 	for _, tc := range drCases {
@@ -511,8 +512,36 @@ func FuzzDestinationRuleClusters(f *testing.F) {
 		grpc := Clusters(svc, dr)
 		envoy := sidecarOutbound(svc, dr)
 		checkClusters(t, grpc, envoy)
+		// With endpoints and Security, so that the tls settings and auto
+		// mTLS make TLS sockets for both kinds.
+		ms := merged(autoEndpoints(autoV1, autoV3)...)
+		secureGRPC := ServiceClusters(ms, dr, nil, Options{Security: true})
+		secureEnvoy := outboundClusters(ms, dr, nil, Options{Security: true})
+		checkClusters(t, secureGRPC, secureEnvoy)
+		for _, c := range secureGRPC {
+			if err := grpcAcceptsCluster(c); err != nil {
+				t.Errorf("grpc-go rejects %s: %v", c.GetName(), err)
+			}
+		}
+		for _, c := range append(secureGRPC, secureEnvoy...) {
+			if ts := c.GetTransportSocket(); ts != nil {
+				var ctx tlsv3.UpstreamTlsContext
+				if err := ts.GetTypedConfig().UnmarshalTo(&ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := ctx.ValidateAll(); err != nil {
+					t.Errorf("%s: %v", c.GetName(), err)
+				}
+			}
+		}
 		_ = ClusterNotes(ProxyGRPC, dr)
 		_ = ClusterNotes(ProxyEnvoy, dr)
+		// Load assignments, distribute weights included, for groups in
+		// and out of the seeds' from localities.
+		wide := merged(ep("cluster-1", "10.1.0.1", usEast1a, true), ep("cluster-2", "10.2.0.1", usEast1c, true), ep("cluster-3", "10.3.0.1", euWest1a, true))
+		for _, g := range []ProxyGroup{groupEast1a, groupEast, groupWest} {
+			checkAssignments(t, LoadAssignments(wide, g, dr))
+		}
 		for _, p := range svc.Ports {
 			for _, s := range append([]string{""}, subsetNames(dr)...) {
 				for _, hp := range HashPolicies(dr, p.Port, s) {

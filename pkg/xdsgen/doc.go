@@ -32,8 +32,11 @@
 // Load assignments depend on who asks: endpoints are ordered into priorities
 // by proximity to the client, which grpc-go's priority balancer uses for
 // failover. Clients that would receive identical assignments form a
-// ProxyGroup (same cluster, same region); the hub generates and marshals each
-// assignment once per group and sends it to every member. The priorities are:
+// ProxyGroup (same cluster and locality); the hub generates and marshals each
+// assignment once per group and sends it to every member. Only a
+// DestinationRule's localityLbSetting.distribute tells groups apart by
+// zone and sub-zone; for every other rule, Cache builds the assignments
+// once for all the zones of a cluster and region. The priorities are:
 //
 //	0  endpoints in the client's own cluster
 //	1  endpoints of other clusters in the client's region (if the client has one)
@@ -42,7 +45,12 @@
 // Empty classes are dropped and the rest renumbered from 0, because grpc-go
 // rejects an assignment whose priorities have a gap. Inside a priority,
 // endpoints are grouped into one LocalityLbEndpoints per (region, zone,
-// subzone), weighted by the number of endpoints in it. Only ready endpoints
+// subzone), weighted by the number of endpoints in it. A distribute entry
+// of the DestinationRule whose from matches the client's locality
+// replaces all this: one priority, of the localities its to patterns
+// match, weighted as they say (distribute.go); Envoy clusters of such a
+// rule carry locality_weighted_lb_config, which Envoy needs to honour
+// locality weights, and grpc-go honours them by default. Only ready endpoints
 // that declare a target port for the service port are included, and an
 // address:port is emitted at most once (grpc-go rejects the whole assignment
 // otherwise); when two clusters claim the same address, the closer one wins.
@@ -105,9 +113,10 @@
 // port is dropped; without any, the hostname itself is resolved. DNS
 // endpoints have no labels, so a subset cluster is the whole service
 // under its subset's policy. There are no load assignments for them, and
-// no mutual TLS (no Pod labels); neither is there for the clusters of a
+// no auto mTLS (no Pod labels); neither is there for the clusters of a
 // model.Service.External (MESH_EXTERNAL) service, whatever its endpoints'
-// labels. ServiceNotes says what each kind leaves out.
+// labels, but a DestinationRule's tls applies to both. ServiceNotes says
+// what each kind leaves out.
 //
 // # Security (mTLS)
 //
@@ -133,6 +142,19 @@
 // certificate chaining to the roots is accepted. ServiceClusters depend on
 // the endpoints and on the PeerAuthentications, so Cache does not memoize
 // them, and a PeerAuthentication change must re-plan them.
+//
+// A DestinationRule's tls (from the effective policy of the cluster's port
+// and subset) overrides auto mTLS, External and DNS services included
+// (drtls.go): DISABLE is plaintext; ISTIO_MUTUAL is the mesh's mutual TLS
+// to every endpoint, with the rule's sni and subjectAltNames when set;
+// SIMPLE and MUTUAL originate TLS for Envoy (UpstreamTlsContext with the
+// rule's SNI, else the hostname, ALPN "h2" or "http/1.1" by protocol, CA,
+// CRL and client certificate files, SAN matchers, and, for credentialName
+// and caCertCredentialName, SDS secrets "kubernetes://<name>" over ADS,
+// which the hub does not serve, so such a cluster fails closed), and
+// leave proxyless clusters to auto mTLS: grpc-go takes TLS only from its
+// bootstrap's certificate providers. MTLSClusters follows the same
+// decisions; ClusterNotes says what each kind leaves out.
 //
 // Servers built with grpc-go's xds.NewGRPCServer ask for the listener
 // InboundListenerName(IP:port) (Istio's template

@@ -92,7 +92,10 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 //     contiguously from 0, as grpc-go requires;
 //   - in each priority, one LocalityLbEndpoints per (region, zone, subzone),
 //     with a non-nil Locality and a weight equal to its number of endpoints
-//     (grpc-go drops localities of weight 0);
+//     (grpc-go drops localities of weight 0), except where a distribute
+//     entry of the localityLbSetting applies to g (its from matches g's
+//     locality): then one priority, only the localities its to patterns
+//     match, weighted as they say (see distribute.go);
 //   - each endpoint HEALTHY with weight 1, at "<address>:<target port>"
 //     (IPv4-mapped IPv6 addresses are unmapped, IPv6 zones dropped);
 //   - an endpoint whose Pod carries TLSModeLabel=TLSModeIstio (of a
@@ -115,7 +118,8 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 // An assignment without eligible endpoints (a port nobody serves, a subset
 // that selects nothing) has no endpoints: valid, and grpc-go fails its RPCs
 // with UNAVAILABLE, Envoy answers 503. With a nil dr, or one without
-// subsets, the result depends on ms and g alone. A DNS-resolved service
+// subsets, the result depends on ms and g alone; g's Zone and SubZone
+// matter only to a distribute entry whose from matches g. A DNS-resolved service
 // (model.ResolutionDNS, ResolutionDNSRoundRobin) has none: its clusters
 // carry their DNS endpoints inline and subscribe to no assignment. The
 // endpoints of a model.Service.External service never have the tlsMode
@@ -222,6 +226,9 @@ type assignmentBuilder struct {
 	localities []model.Locality
 	rank       []uint32
 	byRank     []model.Locality
+	// keep[id]: the locality's endpoints are eligible (false only for
+	// those a distribute entry leaves out).
+	keep []bool
 }
 
 // build computes the assignment named name of port sp of ms for the group
@@ -240,8 +247,10 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 	cands := b.cands[:0]
 	clear(b.localityID)
 	b.localities = b.localities[:0]
+	b.keep = b.keep[:0]
 	var lastLocality model.Locality
 	lastID := uint32(0)
+	lastKeep := true
 	// Endpoints of one Deployment share one interned label set: look the
 	// label up once per run of equal sets.
 	var lastLabels model.Labels
@@ -263,8 +272,12 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 				id = uint32(len(b.localities))
 				b.localityID[ep.Locality] = id
 				b.localities = append(b.localities, ep.Locality)
+				b.keep = append(b.keep, prox.dist == nil || prox.dist.target(ep.Locality) >= 0)
 			}
-			lastLocality, lastID = ep.Locality, id
+			lastLocality, lastID, lastKeep = ep.Locality, id, b.keep[id]
+		}
+		if !lastKeep {
+			continue
 		}
 		if ep.Labels != lastLabels {
 			lastLabels, lastInjected = ep.Labels, injected(ep) && !ms.Service.External
@@ -347,7 +360,27 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 		cla.Endpoints[i] = locs[i].init(l, priority, lbs[start:end:end])
 		start = end
 	}
+	if prox.dist != nil {
+		distributeWeights(prox.dist, locs)
+	}
 	return cla
+}
+
+// distributeWeights replaces the weights of locs, the localities of one
+// assignment (all in priority 0), by those dist gives them.
+func distributeWeights(dist *distribution, locs []localityBlock) {
+	counts := make([]uint32, len(locs))
+	targets := make([]int, len(locs))
+	weights := make([]uint32, len(locs))
+	for i := range locs {
+		counts[i] = locs[i].weight.Value
+		l := &locs[i].locality
+		targets[i] = dist.target(model.Locality{Region: l.Region, Zone: l.Zone, SubZone: l.SubZone})
+	}
+	dist.weigh(counts, targets, weights)
+	for i := range locs {
+		locs[i].weight.Value = weights[i]
+	}
 }
 
 // localityBlock holds the protos of one LocalityLbEndpoints.

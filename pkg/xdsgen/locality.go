@@ -22,14 +22,20 @@ import (
 //     topology.kubernetes.io/region; the list is cut before the first other
 //     bare key (ClusterNotes says so), since no proxy value can match it;
 //   - failover [{from, to}] adds, for proxies in region from, the class of
-//     region to between their own region and the rest (each to in order).
-//
-// distribute is not applied (ClusterNotes says so).
+//     region to between their own region and the rest (each to in order);
+//   - distribute, when one of its entries' from matches the proxies'
+//     locality, puts every endpoint in one class and weights localities
+//     (dist; see distribute.go), failover and failoverPriority set beside
+//     it notwithstanding (ClusterNotes says so); endpoints of a locality
+//     that none of the entry's to patterns matches are left out. Proxies
+//     that no entry matches keep the classes above (istiod, which rejects
+//     distribute with failover, applies no failover to them).
 type proximity struct {
 	g          ProxyGroup
 	flat       bool
 	priority   []priorityKey
 	failoverTo []string
+	dist       *distribution
 }
 
 // priorityKey is one term of failoverPriority: the endpoint's value of
@@ -68,6 +74,11 @@ func newProximity(g ProxyGroup, lb *networking.LocalityLoadBalancerSetting) prox
 	}
 	if lb.GetEnabled() != nil && !lb.GetEnabled().GetValue() {
 		p.flat = true
+		return p
+	}
+	if d := newDistribution(g.locality(), lb.GetDistribute()); d != nil {
+		p.flat = true
+		p.dist = d
 		return p
 	}
 	if keys := lb.GetFailoverPriority(); len(keys) > 0 {

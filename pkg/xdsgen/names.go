@@ -18,17 +18,46 @@ var ErrMalformedName = errors.New("xdsgen: malformed resource name")
 const clusterNamePrefix = "outbound|"
 
 // ProxyGroup identifies the proxies that receive identical endpoint
-// assignments: those in the same cluster and region. The hub generates (and
+// assignments: those in the same cluster and locality. The hub generates (and
 // marshals) load assignments once per group.
+//
+// Only a DestinationRule's localityLbSetting.distribute looks at Zone and
+// SubZone (see proximity); every other rule ranks endpoints by Cluster and
+// Region alone, so groups that differ only in zone get proto.Equal
+// assignments from such rules, and Cache builds those once for all of them.
 type ProxyGroup struct {
 	// Cluster is the proxy's cluster, its CLUSTER_ID node metadata.
 	Cluster model.ClusterID
 	// Region is the proxy's locality region; empty when unknown.
 	Region string
+	// Zone is the proxy's locality zone; empty when unknown.
+	Zone string
+	// SubZone is the proxy's locality sub-zone; empty when unknown.
+	SubZone string
 }
 
-// String returns "<cluster>/<region>", e.g. "cluster-1/us-east". It is pure.
-func (g ProxyGroup) String() string { return string(g.Cluster) + "/" + g.Region }
+// String returns "<cluster>/<region>", e.g. "cluster-1/us-east", followed
+// by "/<zone>" when the group has a zone or sub-zone and "/<subzone>" when
+// it has a sub-zone, e.g. "cluster-1/us-east/us-east-1a". It is pure.
+func (g ProxyGroup) String() string {
+	s := string(g.Cluster) + "/" + g.Region
+	if g.Zone != "" || g.SubZone != "" {
+		s += "/" + g.Zone
+	}
+	if g.SubZone != "" {
+		s += "/" + g.SubZone
+	}
+	return s
+}
+
+// coarse returns g without its zone and sub-zone: the group whose
+// assignments g shares under every rule that does not distribute.
+func (g ProxyGroup) coarse() ProxyGroup { return ProxyGroup{Cluster: g.Cluster, Region: g.Region} }
+
+// locality returns the proxies' locality.
+func (g ProxyGroup) locality() model.Locality {
+	return model.Locality{Region: g.Region, Zone: g.Zone, SubZone: g.SubZone}
+}
 
 // ClusterName returns the CDS (and EDS) resource name of port of service h,
 // "outbound|<port>||<hostname>": the cluster of all of the service's

@@ -342,14 +342,16 @@ func (p *Planner) ForgetGroup(g ProxyGroup) {
 	p.gen.ForgetGroup(g)
 }
 
-// Groups returns the tracked proxy groups, sorted by cluster then region.
+// Groups returns the tracked proxy groups, sorted by cluster, region,
+// zone, then sub-zone.
 func (p *Planner) Groups() []ProxyGroup {
 	out := make([]ProxyGroup, 0, len(p.groups))
 	for g := range p.groups {
 		out = append(out, g)
 	}
 	slices.SortFunc(out, func(a, b ProxyGroup) int {
-		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Region, b.Region))
+		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Region, b.Region),
+			cmp.Compare(a.Zone, b.Zone), cmp.Compare(a.SubZone, b.SubZone))
 	})
 	return out
 }

@@ -18,6 +18,8 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	networking "istio.io/api/networking/v1alpha3"
+
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
@@ -107,12 +109,15 @@ func ServiceSANs(ms *model.MergedService, opts Options) []string {
 // cluster that MTLSClusters(ProxyGRPC, ms, dr, cfg, opts) names (subset
 // clusters alike) also carries a TLS transport socket that presents the
 // client's certificate and accepts only servers whose certificate has one
-// of ServiceSANs(ms, opts) (dr's tls is not read yet). grpc-go has no
+// of ServiceSANs(ms, opts), or, under a tls of mode ISTIO_MUTUAL in dr
+// that sets them, with its sni and subjectAltNames. grpc-go has no
 // transport_socket_matches (it NACKs a cluster that has them), so a
-// cluster is secure or plaintext as a whole. With no Pod labels and no
-// PeerAuthentication in sight this is Clusters with TLS on every cluster
-// with Security, and exactly Clusters without. The clusters of an
-// External or DNS-resolved service are always plaintext (MTLSClusters).
+// cluster is secure or plaintext as a whole. With no Pod labels, no
+// PeerAuthentication and no tls in sight this is Clusters with TLS on every
+// cluster with Security, and exactly Clusters without. The clusters of an
+// External or DNS-resolved service are plaintext unless dr's tls says
+// ISTIO_MUTUAL (MTLSClusters); SIMPLE and MUTUAL are left to auto mTLS
+// (see drtls.go, and ClusterNotes).
 //
 // Unlike Clusters, the result depends on the endpoints (their labels,
 // target ports and service accounts) and on cfg's PeerAuthentications: a
@@ -126,9 +131,23 @@ func ServiceClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, c
 	if len(secure) == 0 {
 		return out
 	}
-	ts := upstreamTLS(ServiceSANs(ms, opts))
+	sans := ServiceSANs(ms, opts)
+	ts := upstreamTLS(sans)
+	// A DestinationRule's ISTIO_MUTUAL may name its own SNI and SANs.
+	own := map[string]*corev3.TransportSocket{}
+	for _, sp := range servicePorts(ms.Service) {
+		for _, s := range append([]string{""}, subsetNames(dr)...) {
+			if t := drTLS(dr, sp.Port, s); t.GetMode() == networking.ClientTLSSettings_ISTIO_MUTUAL && (t.GetSni() != "" || len(t.GetSubjectAltNames()) > 0) {
+				own[SubsetClusterName(ms.Service.Hostname, sp.Port, s)] = meshUpstreamTLS(istioSANs(t, sans), tlsSNI(t, ""))
+			}
+		}
+	}
 	for _, c := range out {
-		if secure[c.GetName()] {
+		switch {
+		case !secure[c.GetName()]:
+		case own[c.GetName()] != nil:
+			c.TransportSocket = own[c.GetName()]
+		default:
 			c.TransportSocket = ts
 		}
 	}
@@ -159,11 +178,18 @@ func ServiceClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, c
 //     the mesh's PeerAuthentications apply to it). A cluster without
 //     endpoints is secure with Security.
 //
-// None (nil) for a nil ms (or ms.Service), for a model.Service.External
-// service (a MESH_EXTERNAL ServiceEntry's hosts are outside the mesh,
-// whatever its endpoints' labels say) and for a DNS-resolved one (its
-// DNS endpoints have no Pod labels, and its registry endpoints, if any,
-// are not the ones its clusters reach). It is pure.
+// DestinationRule dr's tls, from the effective policy of the cluster's
+// port and subset, overrides that: ISTIO_MUTUAL makes the cluster secure
+// whatever its endpoints, DISABLE plaintext; SIMPLE and MUTUAL (TLS
+// origination, not Istio mutual TLS) leave it out for ProxyEnvoy and to
+// auto mTLS for ProxyGRPC (which cannot originate TLS from files).
+//
+// Auto mTLS names none for a nil ms (or ms.Service), for a
+// model.Service.External service (a MESH_EXTERNAL ServiceEntry's hosts are
+// outside the mesh, whatever its endpoints' labels say) and for a
+// DNS-resolved one (its DNS endpoints have no Pod labels, and its registry
+// endpoints, if any, are not the ones its clusters reach); dr's
+// ISTIO_MUTUAL still applies to these. It is pure.
 func MTLSClusters(k ProxyKind, ms *model.MergedService, dr *istioconfig.DestinationRule, cfg *istioconfig.Snapshot, opts Options) []string {
 	var out []string
 	for name := range mtlsClusterSet(k, ms, dr, cfg, opts) {
@@ -175,23 +201,32 @@ func MTLSClusters(k ProxyKind, ms *model.MergedService, dr *istioconfig.Destinat
 
 // mtlsClusterSet is MTLSClusters as a set; nil when there are none.
 func mtlsClusterSet(k ProxyKind, ms *model.MergedService, dr *istioconfig.DestinationRule, cfg *istioconfig.Snapshot, opts Options) map[string]bool {
-	if ms == nil || ms.Service == nil || ms.Service.External || dnsResolved(ms.Service) {
+	if ms == nil || ms.Service == nil {
 		return nil
 	}
 	ports := servicePorts(ms.Service)
 	if len(ports) == 0 {
 		return nil
 	}
+	// Auto mTLS never applies to External and DNS-resolved services; a
+	// DestinationRule's tls still does.
+	auto := !ms.Service.External && !dnsResolved(ms.Service)
 	subsets := append([]string{""}, subsetNames(dr)...)
 	members := make([][]bool, len(subsets))
-	for i, s := range subsets[1:] {
-		members[i+1] = subsetMembers(ms.Endpoints, findSubset(dr, s).GetLabels())
+	if auto {
+		for i, s := range subsets[1:] {
+			members[i+1] = subsetMembers(ms.Endpoints, findSubset(dr, s).GetLabels())
+		}
 	}
 	j := peerJudge{ns: ms.Service.Namespace, cfg: cfg, opts: opts}
 	var out map[string]bool
 	for _, sp := range ports {
 		for i, s := range subsets {
-			if j.secure(k, ms.Endpoints, sp, members[i]) {
+			secure, decided := tlsOverride(k, drTLS(dr, sp.Port, s))
+			if !decided && auto {
+				secure = j.secure(k, ms.Endpoints, sp, members[i])
+			}
+			if secure {
 				if out == nil {
 					out = map[string]bool{}
 				}
@@ -297,26 +332,30 @@ func certProvider(withCertName bool) *tlsv3.CertificateProviderPluginInstance {
 	return p
 }
 
-// upstreamTLS is the client side of mTLS. grpc-go (v1.85) reads the SAN
-// matchers only from the deprecated match_subject_alt_names, Envoy prefers
-// match_typed_subject_alt_names; both are set, with the same URIs.
+// upstreamTLS is the client side of mTLS, without SNI. grpc-go (v1.85)
+// reads the SAN matchers only from the deprecated match_subject_alt_names,
+// Envoy prefers match_typed_subject_alt_names; both are set, with the same
+// URIs.
 func upstreamTLS(sans []string) *corev3.TransportSocket {
+	return meshUpstreamTLS(sans, "")
+}
+
+// meshUpstreamTLS is upstreamTLS with SNI sni ("": none) and sans typed by
+// sanMatcher (a SPIFFE ID is a URI; a DestinationRule may name DNS SANs,
+// which grpc-go's untyped matchers compare with every SAN of the server).
+func meshUpstreamTLS(sans []string, sni string) *corev3.TransportSocket {
 	vc := &tlsv3.CertificateValidationContext{
 		CaCertificateProviderInstance: certProvider(false),
 	}
 	for _, san := range sans {
-		exact := &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: san}}
-		vc.MatchTypedSubjectAltNames = append(vc.MatchTypedSubjectAltNames, &tlsv3.SubjectAltNameMatcher{
-			SanType: tlsv3.SubjectAltNameMatcher_URI,
-			Matcher: exact,
-		})
+		vc.MatchTypedSubjectAltNames = append(vc.MatchTypedSubjectAltNames, sanMatcher(san))
 		// grpc-go v1.85 reads SAN matchers only from the deprecated field
 		// (DESIGN.md, measured facts): set both.
 		//lint:ignore SA1019 grpc-go reads only this field
 		vc.MatchSubjectAltNames = append(vc.MatchSubjectAltNames,
 			&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: san}})
 	}
-	ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+	ctx := &tlsv3.UpstreamTlsContext{Sni: sni, CommonTlsContext: &tlsv3.CommonTlsContext{
 		TlsCertificateProviderInstance: certProvider(true),
 		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc},
 	}}

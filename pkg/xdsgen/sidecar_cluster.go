@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	networking "istio.io/api/networking/v1alpha3"
+
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
@@ -43,12 +45,16 @@ const localhost = "127.0.0.1"
 //     (model.ResolutionDNS) or LOGICAL_DNS (ResolutionDNSRoundRobin, to
 //     the first DNS endpoint only) clusters with an inline load assignment
 //     of its DNS endpoints instead of EDS, subset clusters alike (DNS
-//     endpoints have no labels to select), in plaintext (see dns.go and
-//     ServiceNotes); a model.Service.External service is always
-//     plaintext;
+//     endpoints have no labels to select), without auto mTLS (see dns.go
+//     and ServiceNotes), as for a model.Service.External service;
 //   - each of those under the DestinationRule's effective traffic policy
 //     for its port and subset (load balancer, connection pool, outlier
-//     detection; ClusterNotes(ProxyEnvoy, dr) says what is left out);
+//     detection, tls; ClusterNotes(ProxyEnvoy, dr) says what is left
+//     out): tls DISABLE makes the cluster plaintext, ISTIO_MUTUAL gives it
+//     the "tlsMode-istio" socket as its only transport_socket (the rule's
+//     sni and subjectAltNames replacing SidecarSNI and ServiceSANs when
+//     set), SIMPLE and MUTUAL a TLS origination socket (originationTLS),
+//     External and DNS services included;
 //   - PassthroughClusterName (ORIGINAL_DST) and BlackHoleClusterName
 //     (STATIC, no endpoints);
 //   - inbound|<port>|| for every port of sc.Inbound outside the reserved
@@ -73,7 +79,9 @@ func SidecarClusters(services []*model.MergedService, config *istioconfig.Snapsh
 }
 
 // outboundClusters are the clusters of ms's ports and of dr's subsets,
-// with auto mutual TLS under the PeerAuthentications of config.
+// with auto mutual TLS under the PeerAuthentications of config, or the TLS
+// of dr's effective tls settings (see drtls.go): ISTIO_MUTUAL as one
+// transport_socket for every endpoint, SIMPLE and MUTUAL as originationTLS.
 func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, config *istioconfig.Snapshot, opts Options) []*clusterv3.Cluster {
 	secure := mtlsClusterSet(ProxyEnvoy, ms, dr, config, opts)
 	var sans []string
@@ -85,8 +93,15 @@ func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, 
 	for _, sp := range servicePorts(ms.Service) {
 		for _, subset := range subsets {
 			c := outboundCluster(ms.Service, sp, subset, dr)
-			if secure[c.GetName()] {
-				c.TransportSocketMatches = sidecarAutoMTLS(SidecarSNI(ms.Service.Hostname, sp.Port), sans, isHTTP2(sp.Protocol))
+			sni := SidecarSNI(ms.Service.Hostname, sp.Port)
+			switch t := drTLS(dr, sp.Port, subset); {
+			case secure[c.GetName()] && t.GetMode() == networking.ClientTLSSettings_ISTIO_MUTUAL:
+				// The rule asks for mutual TLS to every endpoint.
+				c.TransportSocket = sidecarUpstreamTLS(tlsSNI(t, sni), istioSANs(t, sans), isHTTP2(sp.Protocol))
+			case secure[c.GetName()]:
+				c.TransportSocketMatches = sidecarAutoMTLS(sni, sans, isHTTP2(sp.Protocol))
+			case originates(t):
+				c.TransportSocket = originationTLS(t, ms.Service.Hostname, sp.Protocol, discard)
 			}
 			out = append(out, c)
 		}
@@ -116,10 +131,30 @@ func outboundCluster(svc *model.Service, sp model.ServicePort, subset string, dr
 	if dnsResolved(svc) {
 		setDNS(c, svc, sp, ProxyEnvoy)
 	}
-	if po := applyPolicy(c, effectivePolicy(dr, sp.Port, subset), ProxyEnvoy, isHTTP2(sp.Protocol), discard); po != nil {
+	tp := effectivePolicy(dr, sp.Port, subset)
+	if po := applyPolicy(c, tp, ProxyEnvoy, isHTTP2(sp.Protocol), discard); po != nil {
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOptionsKey: mustAny(po)}
 	}
+	if !dnsResolved(svc) && distributes(tp.GetLoadBalancer().GetLocalityLbSetting()) {
+		setLocalityWeighted(c)
+	}
 	return c
+}
+
+// setLocalityWeighted makes Envoy honour the load_balancing_weight of the
+// localities of c's load assignments (common_lb_config
+// locality_weighted_lb_config), which a distribute entry sets: without
+// it, Envoy ignores locality weights. istiod sets it likewise. Only EDS
+// clusters get it: the inline assignments of DNS clusters have no
+// locality weights, and Envoy would send nothing to a locality without
+// one.
+func setLocalityWeighted(c *clusterv3.Cluster) {
+	if c.CommonLbConfig == nil {
+		c.CommonLbConfig = &clusterv3.Cluster_CommonLbConfig{}
+	}
+	c.CommonLbConfig.LocalityConfigSpecifier = &clusterv3.Cluster_CommonLbConfig_LocalityWeightedLbConfig_{
+		LocalityWeightedLbConfig: &clusterv3.Cluster_CommonLbConfig_LocalityWeightedLbConfig{},
+	}
 }
 
 // adsWaitingConfigSource is ADS without an initial fetch timeout, istiod's

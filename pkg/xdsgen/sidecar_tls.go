@@ -7,7 +7,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rawbufferv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -66,13 +65,9 @@ func sdsSecret(name string) *tlsv3.SdsSecretConfig {
 // sidecarCommonTLS presents the workload certificate and validates the peer
 // against the roots (and sans, when there are any), both from SDS.
 func sidecarCommonTLS(alpn []string, sans []string) *tlsv3.CommonTlsContext {
-	vc := &tlsv3.CertificateValidationContext{}
-	for _, san := range sans {
-		vc.MatchTypedSubjectAltNames = append(vc.MatchTypedSubjectAltNames, &tlsv3.SubjectAltNameMatcher{
-			SanType: tlsv3.SubjectAltNameMatcher_URI,
-			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: san}},
-		})
-	}
+	// sanMatcher types a SPIFFE ID as a URI, a DestinationRule's other
+	// SANs by their form.
+	vc := &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sanMatchers(sans)}
 	return &tlsv3.CommonTlsContext{
 		AlpnProtocols:                  slices.Clone(alpn),
 		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsSecret(SDSDefaultSecret)},
