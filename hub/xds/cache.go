@@ -62,6 +62,12 @@ type groupCache struct {
 	// outbound side changed at all.
 	shapes map[model.Hostname]shape
 
+	// secrets is always empty: the hub serves no SDS secrets over ADS. An
+	// Envoy sidecar that asks for one (a DestinationRule's credentialName)
+	// gets nothing, and the cluster that needs it fails its handshakes,
+	// rather than its whole stream an error.
+	secrets *versioned
+
 	// debug answers Istio's debug types (istioctl); set once, by New.
 	debug *debugTypes
 }
@@ -89,6 +95,7 @@ func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, 
 		envoyRoutes: newWritten(l, resourcev3.RouteType, nil),
 		sidecars:    map[string]*sidecar{},
 		shapes:      map[model.Hostname]shape{},
+		secrets:     l.newCache(resourcev3.SecretType, nil),
 	}
 	for _, t := range xdsgen.SharedTypes {
 		c.shared[t] = l.newCache(t, nil)
@@ -329,8 +336,11 @@ func (c *groupCache) pick(typeURL string, node *corev3.Node) (*versioned, error)
 func (c *groupCache) pickSidecar(typeURL string, node *corev3.Node) (*versioned, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if typeURL == resourcev3.RouteType {
+	switch typeURL {
+	case resourcev3.RouteType:
 		return c.envoyRoutes.lc, nil
+	case resourcev3.SecretType:
+		return c.secrets, nil
 	}
 	sc := c.sidecars[node.GetId()]
 	if sc == nil {

@@ -8,10 +8,14 @@ import (
 )
 
 // ProxyGroupOf returns the group of proxies that get the same load
-// assignments as node: same cluster (CLUSTER_ID metadata), same region.
+// assignments as node: same cluster (CLUSTER_ID metadata), same locality
+// (region, zone, sub-zone: a DestinationRule's distribute tells zones
+// apart; without one, zones share the build, see xdsgen.Cache).
 func ProxyGroupOf(node *corev3.Node) xdsgen.ProxyGroup {
 	return xdsgen.ProxyGroup{
-		Region:  node.GetLocality().GetRegion(),
 		Cluster: xdsnode.ClusterOf(node.GetMetadata()),
+		Region:  node.GetLocality().GetRegion(),
+		Zone:    node.GetLocality().GetZone(),
+		SubZone: node.GetLocality().GetSubZone(),
 	}
 }

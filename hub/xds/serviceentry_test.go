@@ -9,6 +9,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -114,4 +115,24 @@ func countEndpoints(cla *endpointv3.ClusterLoadAssignment) int {
 		n += len(l.GetLbEndpoints())
 	}
 	return n
+}
+
+// TestSidecarSecretUnanswered: an Envoy sidecar that asks for an SDS
+// secret over ADS (a DestinationRule's credentialName) gets no secret,
+// and its stream lives on: its clusters are still served.
+func TestSidecarSecretUnanswered(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	s := runServer(t, Options{Registry: st})
+	a := newADS(t, s.Addr().String(), "c1", "r1")
+	a.node = envoyNode("10.1.0.7", "client", "c1", "REDIRECT")
+	r := a.subscribe(resourcev3.SecretType, "kubernetes://cred")
+	if len(r.GetResources()) != 0 {
+		t.Fatalf("secrets %v, want none", r.GetResources())
+	}
+	if r := a.subscribe(resourcev3.ClusterType); len(r.GetResources()) == 0 {
+		t.Fatal("no clusters after the secret request")
+	}
 }
