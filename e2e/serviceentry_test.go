@@ -1,13 +1,18 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
+	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
@@ -231,4 +236,94 @@ spec:
 		return nil
 	})
 	reaches(7001, "dns.ext.test", "ext/dns")
+}
+
+// TestDestinationRuleTLSOrigination: an Envoy sidecar originates TLS to a
+// ServiceEntry host outside the mesh (DestinationRule tls SIMPLE): the app
+// speaks plaintext HTTP, the server sees TLS with the DestinationRule's
+// SNI, and Envoy verifies the server against caCertificates: with a CA
+// that did not sign the server's certificate, calls fail.
+func TestDestinationRuleTLSOrigination(t *testing.T) {
+	f, net, hub := sidecarFleet(t, 1)
+	ctx := t.Context()
+	r1 := f.Remote("cluster-1")
+	now := time.Now()
+	ca, err := pki.NewCA("meshfed-e2e external CA", time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("meshfed-e2e other CA", time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.Issue(pki.IssueOptions{DNSNames: []string{"secure.ext.test"}, Server: true, Validity: time.Hour, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	caFile, otherFile := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "other.pem")
+	for file, pem := range map[string][]byte{caFile: ca.CertPEM, otherFile: other.CertPEM} {
+		if err := os.WriteFile(file, pem, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ext := framework.NewTestPod(t, net, framework.PodOptions{Name: "ext"})
+	app, err := framework.StartHTTPSEcho(ctx, ext, fmt.Sprintf("%s:8443", ext.IP()), "ext/secure",
+		&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close() })
+	clientPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "client"})
+	client := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r1, Pod: clientPod, Hub: hub, Name: "client-0", Namespace: "demo", ServiceAccount: "client",
+	})
+	rule := func(caFile string) string {
+		return fmt.Sprintf(`
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: secure, namespace: demo}
+spec:
+  host: secure.ext.test
+  trafficPolicy:
+    tls: {mode: SIMPLE, caCertificates: %s, sni: secure.ext.test}
+`, caFile)
+	}
+	applyIstio(t, f, fmt.Sprintf(`
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: secure, namespace: demo}
+spec:
+  hosts: [secure.ext.test]
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  endpoints: [{address: %s, ports: {http: 8443}}]
+`, ext.IP())+"---"+rule(caFile))
+	waitReady(t, client)
+	call := func() (*framework.HTTPEchoReply, error) {
+		return framework.GetHTTPEcho(ctx, clientPod, "127.0.0.1:80", "secure.ext.test")
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		reply, err := call()
+		if err != nil {
+			return err
+		}
+		if reply.Identity != "ext/secure" || !reply.TLS || reply.SNI != "secure.ext.test" {
+			return fmt.Errorf("reply %+v, want ext/secure over TLS with SNI secure.ext.test", reply)
+		}
+		return nil
+	})
+
+	// A CA that did not sign the server: Envoy refuses the handshake.
+	applyIstio(t, f, rule(otherFile))
+	testutil.Eventually(t, converge, poll, func() error {
+		if reply, err := call(); err == nil {
+			return fmt.Errorf("answered by %s despite a CA that did not sign it", reply.Identity)
+		}
+		return nil
+	})
 }

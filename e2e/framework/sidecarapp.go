@@ -5,6 +5,7 @@ package framework
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +39,10 @@ type HTTPEchoReply struct {
 	Proto string `json:"proto"`
 	// XFCC is the request's x-forwarded-client-cert header.
 	XFCC string `json:"xfcc"`
+	// TLS says the request came over TLS (StartHTTPSEcho), and SNI is the
+	// server name the client asked for in its handshake.
+	TLS bool   `json:"tls,omitempty"`
+	SNI string `json:"sni,omitempty"`
 }
 
 // HTTPEcho is an HTTP/1.1 echo server in a Pod.
@@ -51,9 +56,25 @@ type HTTPEcho struct {
 
 // StartHTTPEcho serves HTTPEchoReply on addr (IP literal and port) in pod.
 func StartHTTPEcho(ctx context.Context, pod *Pod, addr, identity string) (*HTTPEcho, error) {
+	return startHTTPEcho(ctx, pod, addr, identity, nil)
+}
+
+// StartHTTPSEcho is StartHTTPEcho over TLS with cfg (its certificate), as
+// a server outside the mesh that a sidecar originates TLS to.
+func StartHTTPSEcho(ctx context.Context, pod *Pod, addr, identity string, cfg *tls.Config) (*HTTPEcho, error) {
+	if cfg == nil {
+		return nil, errors.New("framework: https echo needs a TLS config")
+	}
+	return startHTTPEcho(ctx, pod, addr, identity, cfg)
+}
+
+func startHTTPEcho(ctx context.Context, pod *Pod, addr, identity string, tlsCfg *tls.Config) (*HTTPEcho, error) {
 	l, err := pod.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("framework: http echo %s: %w", identity, err)
+	}
+	if tlsCfg != nil {
+		l = tls.NewListener(l, tlsCfg)
 	}
 	e := &HTTPEcho{l: l}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -62,9 +83,13 @@ func StartHTTPEcho(ctx context.Context, pod *Pod, addr, identity string) (*HTTPE
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(HTTPEchoReply{
+		reply := HTTPEchoReply{
 			Identity: identity, Host: r.Host, Path: r.URL.Path, Proto: r.Proto, XFCC: r.Header.Get(HTTPEchoHeaderXFCC),
-		})
+		}
+		if r.TLS != nil {
+			reply.TLS, reply.SNI = true, r.TLS.ServerName
+		}
+		_ = json.NewEncoder(w).Encode(reply)
 	})
 	e.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = e.srv.Serve(l) }()
