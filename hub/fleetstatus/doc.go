@@ -41,6 +41,12 @@
 // documents of pkg/proxystatus and pkg/debugdoc); meshfedctl and the
 // console read those.
 //
+// Config status: the xDS server's config ledger (Config, *xds.Ledger: each
+// Istio object's generation and the config epoch it arrived in) rides in
+// the batches too, whole when it changed; ConfigStatus judges every proxy
+// of the fleet against its own replica's ledger (proxystatus.Rollouts), so
+// any replica answers /debug/configstatusz for all of them.
+//
 // The record types, the join of records, the table and the CSDS
 // conversion are pure and shared with meshfedctl: they live in
 // pkg/proxystatus. This package is the hub's I/O-free owner of the

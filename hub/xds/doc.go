@@ -57,6 +57,17 @@
 // proxy of every replica. Streams that ask only for debug types are tools,
 // not proxies: the StatusTracker does not list them.
 //
+// Config epochs (ledger.go) say which Istio configuration each response
+// holds, for the fleet's config status: every LinearCache is created by
+// the Ledger with a version prefix of its own ("<id>."), a push of a new
+// configuration begins an epoch (each object's new generation, or its
+// removal, arrives in it) and seals it once its writes are done, marking
+// each cache's version. The StatusTracker puts the epoch of each ACKed and
+// NACKed version in the proxy's record (TypeStatus.AckedEpoch, NackEpoch).
+// ServiceEntries are merged with the registry's services under the
+// planner's configuration (meshServicesLocked, istioconfig.MergeEntry), so
+// every generator sees them as services.
+//
 // A LinearCache answers a request that accepted no version at once, so a
 // proxy that NACKs its first response would be sent it again in a tight
 // loop; nackBackoff holds back the answer to each NACK in a row a little

@@ -1,5 +1,6 @@
 // Package istioconfig is the hub's model of a mesh's Istio configuration:
-// the valid VirtualServices and DestinationRules read from the config
+// the valid VirtualServices, DestinationRules, ServiceEntries, Sidecars,
+// PeerAuthentications and AuthorizationPolicies read from the config
 // cluster, with the host each applies to resolved to a service hostname.
 //
 // A Snapshot is immutable. The hub's config watcher (hub/istioconfig)
@@ -20,8 +21,16 @@
 // shadowed for that host. Only VirtualServices bound to the mesh (no
 // gateways, or "mesh" among them) apply to proxies.
 //
+// ServiceEntries (serviceentry.go) become services: each exact host of the
+// oldest entry naming it, with the entry's ports and its endpoints by
+// address (STATIC) or by DNS name (DNS, DNS_ROUND_ROBIN), MESH_EXTERNAL
+// by default; MergeEntry joins a MESH_INTERNAL entry's endpoints to the
+// Kubernetes Service of its host. Their hosts are taken as written (no
+// namespace is added).
+//
 // Differences from Istio, on purpose or not yet done: exportTo is not
 // applied (every object is visible fleet-wide), delegate VirtualServices
-// are refused by validation, and several VirtualServices of one host are
-// not merged.
+// are refused by validation, several VirtualServices of one host are not
+// merged, and a ServiceEntry's workloadSelector, wildcard hosts and
+// resolution NONE give no service (EntryNotes says so).
 package istioconfig

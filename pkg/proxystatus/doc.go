@@ -23,6 +23,15 @@
 // meshfedctl. Package proxystatus/csds maps records to and from the CSDS
 // API (envoy.service.status.v3).
 //
+// Config rollouts (configstatus.go): each replica accounts for the Istio
+// config it pushes in a ConfigLedger (every object's generation and the
+// config epoch it arrived in), and each TypeStatus carries the epoch its
+// ACKed version holds. Rollouts compares the two: per object, the proxies
+// that hold its newest generation (SYNCED), those that do not yet (STALE)
+// and those that rejected a response holding it (NACKED), by cluster and
+// replica. It is the document of /debug/configstatusz and
+// `meshfedctl config-status`.
+//
 // # JSON
 //
 // Record and TypeStatus marshal with encoding/json; WriteJSON writes
