@@ -69,10 +69,20 @@ func (s *Snapshot) SidecarScope(ns string, labels model.Labels) *Sidecar {
 // the host part an FQDN, "*", or "*.suffix". A Sidecar with no egress
 // listener sees everything, as in Istio.
 func (sc *Sidecar) Sees(h model.Hostname, svcNS string) bool {
+	return sc.SeesPort(h, svcNS, 0)
+}
+
+// SeesPort is Sees for port of the service: an egress listener with a
+// port ("port: {number: 8080}") names its hosts on that port only. Port 0
+// asks for any port.
+func (sc *Sidecar) SeesPort(h model.Hostname, svcNS string, port uint32) bool {
 	if sc == nil || len(sc.Spec.GetEgress()) == 0 {
 		return true
 	}
 	for _, eg := range sc.Spec.GetEgress() {
+		if n := eg.GetPort().GetNumber(); port != 0 && n != 0 && n != port {
+			continue
+		}
 		for _, entry := range eg.GetHosts() {
 			ns, host, ok := strings.Cut(entry, "/")
 			if !ok {

@@ -87,3 +87,26 @@ func TestSidecarSees(t *testing.T) {
 		t.Error("OutboundRegistryOnly")
 	}
 }
+
+// TestSidecarSeesPort: an egress listener with a port names its hosts on
+// that port only; one without names them on every port; port 0 asks for
+// any.
+func TestSidecarSeesPort(t *testing.T) {
+	sc := sidecarObj("demo", "ports", 0, nil)
+	sc.Spec.Egress = []*networking.IstioEgressListener{
+		{Port: &networking.SidecarPort{Number: 8080}, Hosts: []string{"./*"}},
+		{Hosts: []string{"istio-system/*"}},
+	}
+	for _, tc := range []struct {
+		ns   string
+		port uint32
+		want bool
+	}{
+		{"demo", 8080, true}, {"demo", 9090, false}, {"demo", 0, true},
+		{"istio-system", 9090, true}, {"other", 8080, false},
+	} {
+		if got := sc.SeesPort(model.Hostname("svc."+tc.ns+".svc.cluster.local"), tc.ns, tc.port); got != tc.want {
+			t.Errorf("%s:%d: sees %v, want %v", tc.ns, tc.port, got, tc.want)
+		}
+	}
+}

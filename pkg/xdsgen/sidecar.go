@@ -95,17 +95,36 @@ type Sidecar struct {
 
 // ScopedServices returns, of services, those the sidecar sc sees: every
 // one without a Scope, else those some egress host of the Scope names (by
-// namespace and hostname, istioconfig.Sidecar.Sees). The shared routes
-// are not scoped (see SidecarRoutes), and an egress listener's port does
-// not narrow the ports of the services it names. It is pure.
+// namespace and hostname), each with only the ports its egress listeners
+// name (an egress listener with a port names its hosts on that port
+// only; istioconfig.Sidecar.SeesPort). The shared routes are not scoped
+// (see SidecarRoutes). It is pure; a narrowed service is a copy.
 func ScopedServices(services []*model.MergedService, sc Sidecar) []*model.MergedService {
 	if sc.Scope == nil {
 		return services
 	}
 	out := make([]*model.MergedService, 0, len(services))
 	for _, ms := range services {
-		if ms != nil && ms.Service != nil && sc.Scope.Sees(ms.Service.Hostname, ms.Service.Namespace) {
+		if ms == nil || ms.Service == nil {
+			continue
+		}
+		svc := ms.Service
+		var ports []model.ServicePort
+		for _, p := range svc.Ports {
+			if sc.Scope.SeesPort(svc.Hostname, svc.Namespace, p.Port) {
+				ports = append(ports, p)
+			}
+		}
+		switch len(ports) {
+		case 0:
+		case len(svc.Ports):
 			out = append(out, ms)
+		default:
+			narrowed := *svc
+			narrowed.Ports = ports
+			cp := *ms
+			cp.Service = &narrowed
+			out = append(out, &cp)
 		}
 	}
 	return out

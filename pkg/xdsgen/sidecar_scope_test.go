@@ -86,3 +86,36 @@ func TestSidecarScope(t *testing.T) {
 		t.Errorf("REGISTRY_ONLY: the catch-all goes to %q, want %s", got, BlackHoleClusterName)
 	}
 }
+
+// TestSidecarScopeEgressPort: an egress listener with a port names its
+// hosts on that port only: of echo (8080 and 7070), a sidecar scoped to
+// "./*" on 7070 gets the 7070 listener and cluster alone; another egress
+// listener without a port brings a service back whole; the narrowed
+// service is a copy, the registry's stays as it was.
+func TestSidecarScopeEgressPort(t *testing.T) {
+	services := sidecarServices()
+	sc := sidecarOf(InterceptRedirect)
+	sc.Scope = scope("demo", false)
+	sc.Scope.Spec.Egress = []*networking.IstioEgressListener{
+		{Port: &networking.SidecarPort{Number: 7070, Protocol: "GRPC", Name: "grpc"}, Hosts: []string{"./*"}},
+	}
+	var names []string
+	for _, c := range SidecarClusters(services, nil, sc, Options{}) {
+		if strings.HasPrefix(c.GetName(), clusterNamePrefix) {
+			names = append(names, c.GetName())
+		}
+	}
+	if want := []string{ClusterName("echo.demo.svc.cluster.local", 7070)}; !slices.Equal(names, want) {
+		t.Errorf("outbound clusters %v, want %v", names, want)
+	}
+	echo := services[1] // the fixture lists tcp-echo first
+	if got := ScopedServices(services, sc); len(got) != 1 || len(got[0].Service.Ports) != 1 || len(echo.Service.Ports) != 2 {
+		t.Errorf("scoped %v; the registry's echo has %d ports", got, len(echo.Service.Ports))
+	}
+
+	sc.Scope.Spec.Egress = append(sc.Scope.Spec.Egress, &networking.IstioEgressListener{Hosts: []string{"./tcp-echo.demo.svc.cluster.local"}})
+	got := ScopedServices(services, sc)
+	if len(got) != 2 || got[0] != services[0] || len(got[1].Service.Ports) != 1 {
+		t.Errorf("with a portless listener for tcp-echo: %v, want echo narrowed and tcp-echo whole", got)
+	}
+}
