@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,14 +183,12 @@ func (l *Ledger) epochOf(version string) uint64 {
 	if v == nil {
 		return 0
 	}
-	var epoch uint64
-	for _, m := range v.marks {
-		if m.n > n {
-			break
-		}
-		epoch = m.epoch
+	// The first mark past n; the one before it holds n.
+	i := sort.Search(len(v.marks), func(i int) bool { return v.marks[i].n > n })
+	if i == 0 {
+		return 0
 	}
-	return epoch
+	return v.marks[i-1].epoch
 }
 
 // ConfigLedger returns the replica's account of its config: each object's

@@ -8,6 +8,7 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1alpha3"
@@ -122,4 +123,95 @@ func TestConfigEpochRollout(t *testing.T) {
 	want("removal before the ACK", 2, true, proxystatus.RolloutStale, "arrived in epoch 4")
 	a.request(resourcev3.RouteType, r.GetVersionInfo(), r.GetNonce(), listener)
 	want("removal after the ACK", 2, true, proxystatus.RolloutSynced, "")
+}
+
+// BenchmarkTracker10kEpochs is BenchmarkTracker10k with config epochs:
+// every record looks the epochs of its ACKed versions up in a ledger of
+// 10,000 caches (a sidecar's worth each), 64 seals deep.
+func BenchmarkTracker10kEpochs(b *testing.B) {
+	const proxies = 10000
+	l := NewLedger("hub-0")
+	caches := make([]*versioned, proxies)
+	for i := range caches {
+		caches[i] = l.newCache(resourcev3.ClusterType, nil)
+	}
+	for range maxMarks {
+		l.begin(nil)
+		for _, c := range caches {
+			c.n.Add(1)
+		}
+		l.seal()
+	}
+	tr := NewStatusTracker("hub-0", nil, prometheus.NewRegistry())
+	tr.useEpochs(l.epochOf)
+	types := []string{resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.EndpointType}
+	for i := range proxies {
+		tr.StreamOpened(false, int64(i))
+		node := testNode(fmt.Sprintf("sidecar~10.%d.%d.%d~p%d.demo~demo.svc.cluster.local", i>>16, (i>>8)&255, i&255, i), "c1")
+		for _, ty := range types {
+			tr.OnRequest(int64(i), &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: ty})
+		}
+	}
+	b.ResetTimer()
+	for n := range b.N {
+		for i := range proxies {
+			v := fmt.Sprintf("%d.%d", caches[i].id, 32+n%32)
+			for _, ty := range types {
+				tr.OnResponse(int64(i), &discoveryv3.DiscoveryResponse{TypeUrl: ty, VersionInfo: v, Nonce: v})
+				tr.OnRequest(int64(i), &discoveryv3.DiscoveryRequest{TypeUrl: ty, VersionInfo: v, ResponseNonce: v})
+			}
+		}
+		recs := tr.Records()
+		if len(recs) != proxies || recs[0].ConfigEpoch() == 0 {
+			b.Fatalf("%d records, first holds epoch %d", len(recs), recs[0].ConfigEpoch())
+		}
+		tr.TakeChanges()
+	}
+}
+
+// TestLedgerEpochOf: a version holds the epoch of the last seal at or
+// below it; versions of no live cache, malformed ones and those older than
+// every remembered seal hold none; removals are remembered, and a removed
+// object that comes back is an object again.
+func TestLedgerEpochOf(t *testing.T) {
+	l := NewLedger("hub-0")
+	c := l.newCache(resourcev3.ClusterType, nil)
+	v := func(n uint64) string { return fmt.Sprintf("%d.%d", c.id, n) }
+	if e := l.epochOf(v(0)); e != 1 {
+		t.Fatalf("a new cache's version holds epoch %d, want 1", e)
+	}
+	c.n.Add(2) // two writes, then a seal: version 2 holds epoch 2
+	l.begin(configOf(echoVS(1)))
+	l.seal()
+	c.n.Add(1) // a write after it (an endpoint push) holds epoch 2 too
+	for n, want := range map[uint64]uint64{0: 1, 1: 1, 2: 2, 3: 2} {
+		if e := l.epochOf(v(n)); e != want {
+			t.Errorf("version %d holds epoch %d, want %d", n, e, want)
+		}
+	}
+	for _, bad := range []string{"", "7", "x.1", "1.x", fmt.Sprintf("%d.1", c.id+1)} {
+		if e := l.epochOf(bad); e != 0 {
+			t.Errorf("%q holds epoch %d, want 0", bad, e)
+		}
+	}
+	for range maxMarks {
+		c.n.Add(1)
+		l.begin(configOf(echoVS(1)))
+		l.seal()
+	}
+	if e := l.epochOf(v(0)); e != 0 {
+		t.Errorf("a version older than every remembered seal holds epoch %d, want 0", e)
+	}
+	l.begin(configOf())
+	if o := l.ConfigLedger().Objects; len(o) != 1 || !o[0].Deleted {
+		t.Errorf("after the removal: %+v", o)
+	}
+	l.begin(configOf(echoVS(1)))
+	if o := l.ConfigLedger().Objects; len(o) != 1 || o[0].Deleted || o[0].Epoch != l.pending {
+		t.Errorf("after it came back: %+v", o)
+	}
+	l.release(c)
+	if e := l.epochOf(v(3)); e != 0 {
+		t.Errorf("a released cache's version holds epoch %d", e)
+	}
 }
