@@ -164,8 +164,8 @@ func TestServiceEntryProxyless(t *testing.T) {
 // outside the mesh over HTTP: one at a fixed address (STATIC, an EDS
 // cluster) and one by a DNS name (a STRICT_DNS cluster that Envoy
 // resolves; the name is in the client Pod's /etc/hosts), both plaintext
-// (MESH_EXTERNAL never speaks mTLS); deleting an entry takes its host
-// away.
+// (MESH_EXTERNAL never speaks mTLS), and config-status shows the sidecar
+// holding the entry; deleting an entry takes its host away.
 func TestServiceEntrySidecar(t *testing.T) {
 	f, net, hub := sidecarFleet(t, 1)
 	ctx := t.Context()
@@ -218,6 +218,18 @@ spec:
 	}
 	reaches(7000, "static.ext.test", "ext/static")
 	reaches(7001, "dns.ext.test", "ext/dns")
+	// The fleet's config status follows the Envoy sidecar too (pilot-agent
+	// speaks Delta xDS): it holds the entry.
+	testutil.Eventually(t, converge, poll, func() error {
+		o, err := configStatus(t, hub, "ServiceEntry/demo/ext-dns")
+		if err != nil {
+			return err
+		}
+		if o.Proxies != 1 || o.Synced != 1 {
+			return fmt.Errorf("%s (pending %+v), want the sidecar synced", o.Summary(), o.Pending)
+		}
+		return nil
+	})
 	dump, err := client.ConfigDump(ctx)
 	if err != nil {
 		t.Fatal(err)
