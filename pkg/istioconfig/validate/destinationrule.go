@@ -1,6 +1,10 @@
 package validate
 
 import (
+	"maps"
+	"slices"
+	"strings"
+
 	networking "istio.io/api/networking/v1alpha3"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -51,6 +55,7 @@ func checkTrafficPolicy(e *errs, p *field.Path, tp *networking.TrafficPolicy) {
 		e.add(p, "must set at least one field")
 	}
 	checkPolicyParts(e, p, tp.GetConnectionPool(), tp.GetOutlierDetection(), tp.GetTls())
+	checkLocalityLB(e, p.Child("loadBalancer", "localityLbSetting"), tp.GetLoadBalancer().GetLocalityLbSetting())
 	seen := map[uint32]bool{}
 	for i, pl := range tp.GetPortLevelSettings() {
 		pp := p.Child("portLevelSettings").Index(i)
@@ -65,7 +70,104 @@ func checkTrafficPolicy(e *errs, p *field.Path, tp *networking.TrafficPolicy) {
 			seen[n] = true
 		}
 		checkPolicyParts(e, pp, pl.GetConnectionPool(), pl.GetOutlierDetection(), pl.GetTls())
+		checkLocalityLB(e, pp.Child("loadBalancer", "localityLbSetting"), pl.GetLoadBalancer().GetLocalityLbSetting())
 	}
+}
+
+// checkLocalityLB checks a localityLbSetting as Istio does: distribute
+// and failover exclude each other; each distribute entry names a locality
+// to route from and weights to localities that sum to 100, each weight in
+// 1..100, no two of its patterns overlapping; a failover's from and to
+// differ. Locality patterns are "region/zone/subzone", where "*" may stand
+// only for the last part given.
+func checkLocalityLB(e *errs, p *field.Path, ls *networking.LocalityLoadBalancerSetting) {
+	if ls == nil {
+		return
+	}
+	if len(ls.GetDistribute()) > 0 && len(ls.GetFailover()) > 0 {
+		e.add(p, "distribute and failover cannot both be set")
+	}
+	for i, d := range ls.GetDistribute() {
+		dp := p.Child("distribute").Index(i)
+		if d.GetFrom() == "" {
+			e.required(dp.Child("from"))
+		} else if msg := checkLocalityPattern(d.GetFrom()); msg != "" {
+			e.add(dp.Child("from"), "%q: %s", d.GetFrom(), msg)
+		}
+		if len(d.GetTo()) == 0 {
+			e.add(dp.Child("to"), "required (at least one locality and its weight)")
+			continue
+		}
+		var sum uint32
+		patterns := slices.Sorted(maps.Keys(d.GetTo()))
+		for _, l := range patterns {
+			w := d.GetTo()[l]
+			tp := dp.Child("to").Key(l)
+			if msg := checkLocalityPattern(l); msg != "" {
+				e.add(tp, "%s", msg)
+			}
+			if w < 1 || w > 100 {
+				e.add(tp, "weight %d is not in 1..100", w)
+			}
+			sum += w
+		}
+		if sum != 100 {
+			e.add(dp.Child("to"), "weights sum to %d, want 100", sum)
+		}
+		for a, pa := range patterns {
+			for _, pb := range patterns[a+1:] {
+				if localityCovers(pa, pb) || localityCovers(pb, pa) {
+					e.add(dp.Child("to"), "localities %q and %q overlap", pa, pb)
+				}
+			}
+		}
+	}
+	for i, f := range ls.GetFailover() {
+		fp := p.Child("failover").Index(i)
+		switch {
+		case f.GetFrom() == "":
+			e.required(fp.Child("from"))
+		case f.GetTo() == "":
+			e.required(fp.Child("to"))
+		case f.GetFrom() == f.GetTo():
+			e.add(fp, "from and to are the same region %q", f.GetFrom())
+		}
+	}
+}
+
+// checkLocalityPattern says what is wrong with a locality pattern, "" if
+// nothing: at most three non-empty parts, "*" only as the last.
+func checkLocalityPattern(l string) string {
+	parts := strings.Split(l, "/")
+	if len(parts) > 3 {
+		return "more than region/zone/subzone"
+	}
+	for i, part := range parts {
+		switch {
+		case part == "":
+			return "empty part"
+		case part == "*" && i != len(parts)-1:
+			return `"*" may only stand for the last part`
+		case strings.Contains(part, "*") && part != "*":
+			return `a part is a name or "*"`
+		}
+	}
+	return ""
+}
+
+// localityCovers reports whether pattern a matches every locality pattern
+// b matches (a is b, or a prefix of it ending in "*", or shorter).
+func localityCovers(a, b string) bool {
+	ap, bp := strings.Split(a, "/"), strings.Split(b, "/")
+	for i, part := range ap {
+		if part == "*" {
+			return true
+		}
+		if i >= len(bp) || bp[i] != part {
+			return false
+		}
+	}
+	return len(ap) <= len(bp)
 }
 
 func checkPolicyParts(e *errs, p *field.Path, cp *networking.ConnectionPoolSettings, od *networking.OutlierDetection, tls *networking.ClientTLSSettings) {

@@ -283,6 +283,42 @@ subsets:
 host: a
 trafficPolicy: {tls: {mode: SOMETIMES}}
 `, want: []string{`spec.trafficPolicy.tls.mode: unknown value "SOMETIMES" (one of DISABLE, SIMPLE, MUTUAL, ISTIO_MUTUAL)`}},
+		{name: "locality distribute", spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      distribute:
+      - from: region-1/*
+        to: {"region-1/*": 80, "region-2/zone-1": 20}
+`},
+		{name: "locality problems", spec: `
+host: a
+trafficPolicy:
+  loadBalancer:
+    localityLbSetting:
+      distribute:
+      - from: "*/zone-1"
+        to: {"region-1/*": 60, "region-1/zone-2": 30, "region-2//x": 0}
+      - to: {}
+      failover:
+      - {from: region-1, to: region-1}
+  portLevelSettings:
+  - port: {number: 80}
+    loadBalancer: {localityLbSetting: {distribute: [{from: region-1, to: {region-2: 120}}]}}
+`, want: []string{
+			"spec.trafficPolicy.loadBalancer.localityLbSetting: distribute and failover cannot both be set",
+			`spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[0].from: "*/zone-1": "*" may only stand for the last part`,
+			"spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[0].to[region-2//x]: empty part",
+			"spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[0].to[region-2//x]: weight 0 is not in 1..100",
+			"spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[0].to: weights sum to 90, want 100",
+			`spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[0].to: localities "region-1/*" and "region-1/zone-2" overlap`,
+			"spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[1].from: required",
+			"spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[1].to: required (at least one locality and its weight)",
+			`spec.trafficPolicy.loadBalancer.localityLbSetting.failover[0]: from and to are the same region "region-1"`,
+			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.localityLbSetting.distribute[0].to[region-2]: weight 120 is not in 1..100",
+			"spec.trafficPolicy.portLevelSettings[0].loadBalancer.localityLbSetting.distribute[0].to: weights sum to 120, want 100",
+		}},
 	})
 }
 
