@@ -88,8 +88,8 @@ func decodeBatch(data []byte) (batch, error) {
 			l.Objects[i] = proxystatus.ConfigObject{Kind: o.GetKind(), Namespace: o.GetNamespace(), Name: o.GetName(),
 				Generation: o.GetGeneration(), Epoch: o.GetEpoch(), Deleted: o.GetDeleted()}
 		}
-		// ConfigLedger.Object searches a sorted list: a sender's order
-		// is not trusted.
+		// A ledger's objects are sorted (ConfigLedger): a sender's
+		// order is not trusted.
 		proxystatus.SortConfigObjects(l.Objects)
 		b.Ledger = l
 	}

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -231,6 +230,3 @@ func (v *versioned) UpdateResources(up map[string]types.Resource, del []string) 
 
 // GetResources returns what the cache holds.
 func (v *versioned) GetResources() map[string]types.Resource { return v.lc.GetResources() }
-
-// String names the cache in errors and logs.
-func (v *versioned) String() string { return fmt.Sprintf("cache %d", v.id) }

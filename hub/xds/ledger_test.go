@@ -129,9 +129,8 @@ func TestConfigEpochRollout(t *testing.T) {
 // every record looks the epochs of its ACKed versions up in a ledger of
 // 10,000 caches (a sidecar's worth each), 64 seals deep.
 func BenchmarkTracker10kEpochs(b *testing.B) {
-	const proxies = 10000
 	l := NewLedger("hub-0")
-	caches := make([]*versioned, proxies)
+	caches := make([]*versioned, 10000)
 	for i := range caches {
 		caches[i] = l.newCache(resourcev3.ClusterType, nil)
 	}
@@ -144,29 +143,7 @@ func BenchmarkTracker10kEpochs(b *testing.B) {
 	}
 	tr := NewStatusTracker("hub-0", nil, prometheus.NewRegistry())
 	tr.useEpochs(l.epochOf)
-	types := []string{resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.EndpointType}
-	for i := range proxies {
-		tr.StreamOpened(false, int64(i))
-		node := testNode(fmt.Sprintf("sidecar~10.%d.%d.%d~p%d.demo~demo.svc.cluster.local", i>>16, (i>>8)&255, i&255, i), "c1")
-		for _, ty := range types {
-			tr.OnRequest(int64(i), &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: ty})
-		}
-	}
-	b.ResetTimer()
-	for n := range b.N {
-		for i := range proxies {
-			v := fmt.Sprintf("%d.%d", caches[i].id, 32+n%32)
-			for _, ty := range types {
-				tr.OnResponse(int64(i), &discoveryv3.DiscoveryResponse{TypeUrl: ty, VersionInfo: v, Nonce: v})
-				tr.OnRequest(int64(i), &discoveryv3.DiscoveryRequest{TypeUrl: ty, VersionInfo: v, ResponseNonce: v})
-			}
-		}
-		recs := tr.Records()
-		if len(recs) != proxies || recs[0].ConfigEpoch() == 0 {
-			b.Fatalf("%d records, first holds epoch %d", len(recs), recs[0].ConfigEpoch())
-		}
-		tr.TakeChanges()
-	}
+	benchTracker(b, tr, func(i, n int) string { return fmt.Sprintf("%d.%d", caches[i].id, 32+n%32) })
 }
 
 // TestLedgerEpochOf: a version holds the epoch of the last seal at or

@@ -357,8 +357,15 @@ func TestTrackerConcurrent(t *testing.T) {
 // BenchmarkTracker10k: one push (response and ACK of three types) to each
 // of 10,000 proxies, then a full Records() snapshot, as CSDS takes.
 func BenchmarkTracker10k(b *testing.B) {
-	const proxies = 10000
 	tr := NewStatusTracker("hub-0", nil, prometheus.NewRegistry())
+	benchTracker(b, tr, func(_, n int) string { return fmt.Sprint(n) })
+}
+
+// benchTracker runs 10,000 proxies of three types on tr, each round a
+// response of version(proxy, round) and its ACK per proxy and type, then
+// the records and the changes taken.
+func benchTracker(b *testing.B, tr *StatusTracker, version func(proxy, round int) string) {
+	const proxies = 10000
 	types := []string{resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.EndpointType}
 	for i := range proxies {
 		tr.StreamOpened(false, int64(i))
@@ -369,14 +376,14 @@ func BenchmarkTracker10k(b *testing.B) {
 	}
 	b.ResetTimer()
 	for n := range b.N {
-		v := fmt.Sprint(n)
 		for i := range proxies {
+			v := version(i, n)
 			for _, ty := range types {
 				tr.OnResponse(int64(i), &discoveryv3.DiscoveryResponse{TypeUrl: ty, VersionInfo: v, Nonce: v})
 				tr.OnRequest(int64(i), &discoveryv3.DiscoveryRequest{TypeUrl: ty, VersionInfo: v, ResponseNonce: v})
 			}
 		}
-		if recs := tr.Records(); len(recs) != proxies {
+		if recs := tr.Records(); len(recs) != proxies || (tr.epochOf != nil && recs[0].ConfigEpoch() == 0) {
 			b.Fatalf("%d records", len(recs))
 		}
 		tr.TakeChanges()

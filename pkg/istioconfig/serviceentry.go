@@ -91,7 +91,7 @@ func EntryService(h model.Hostname, e *ServiceEntry) *model.MergedService {
 				continue // a Unix socket or a name: not an address a proxy can be sent (EntryNotes)
 			}
 			ms.Endpoints = append(ms.Endpoints, model.Endpoint{
-				Address: addr.Unmap(), Ready: true, Locality: entryLocality(we.GetLocality()),
+				Address: addr.Unmap(), Ready: true, Locality: model.ParseLocality(we.GetLocality()),
 				ServiceAccount: we.GetServiceAccount(), Labels: model.NewLabels(we.GetLabels()),
 				Ports: entryPorts(spec, we),
 			})
@@ -104,7 +104,7 @@ func EntryService(h model.Hostname, e *ServiceEntry) *model.MergedService {
 		}
 		for _, we := range spec.GetEndpoints() {
 			svc.DNSEndpoints = append(svc.DNSEndpoints, model.DNSEndpoint{
-				Host: we.GetAddress(), Ports: entryPorts(spec, we), Locality: entryLocality(we.GetLocality()), Weight: we.GetWeight(),
+				Host: we.GetAddress(), Ports: entryPorts(spec, we), Locality: model.ParseLocality(we.GetLocality()), Weight: we.GetWeight(),
 			})
 		}
 		if len(svc.DNSEndpoints) == 0 {
@@ -145,22 +145,6 @@ func entryProtocol(p string) model.Protocol {
 		return model.ProtocolHTTP2
 	}
 	return model.ProtocolTCP
-}
-
-// entryLocality reads "region/zone/subzone".
-func entryLocality(s string) model.Locality {
-	parts := strings.SplitN(s, "/", 3)
-	var l model.Locality
-	if len(parts) > 0 {
-		l.Region = parts[0]
-	}
-	if len(parts) > 1 {
-		l.Zone = parts[1]
-	}
-	if len(parts) > 2 {
-		l.SubZone = parts[2]
-	}
-	return l
 }
 
 // EntryHosts returns the hosts the ServiceEntries make services of, sorted.

@@ -67,15 +67,10 @@ func (s *Snapshot) SidecarScope(ns string, labels model.Labels) *Sidecar {
 // egress listener's hosts ("namespace/dnsName") name it. The namespace
 // part is a namespace, "*" (any), "." (the Sidecar's own) or "~" (none);
 // the host part an FQDN, "*", or "*.suffix". A Sidecar with no egress
-// listener sees everything, as in Istio.
-func (sc *Sidecar) Sees(h model.Hostname, svcNS string) bool {
-	return sc.SeesPort(h, svcNS, 0)
-}
-
-// SeesPort is Sees for port of the service: an egress listener with a
-// port ("port: {number: 8080}") names its hosts on that port only. Port 0
-// asks for any port.
-func (sc *Sidecar) SeesPort(h model.Hostname, svcNS string, port uint32) bool {
+// listener sees everything, as in Istio. An egress listener with a port
+// ("port: {number: 8080}") names its hosts on that port only; port 0 asks
+// for any port.
+func (sc *Sidecar) Sees(h model.Hostname, svcNS string, port uint32) bool {
 	if sc == nil || len(sc.Spec.GetEgress()) == 0 {
 		return true
 	}

@@ -73,12 +73,12 @@ func TestSidecarSees(t *testing.T) {
 		{"echo.demo.svc.cluster.local", "not-demo", false},
 		{"x.elsewhere.svc.cluster.local", "elsewhere", false},
 	} {
-		if got := sc.Sees(c.host, c.ns); got != c.want {
+		if got := sc.Sees(c.host, c.ns, 0); got != c.want {
 			t.Errorf("Sees(%s, %s) = %t, want %t", c.host, c.ns, got, c.want)
 		}
 	}
 	var none *istioconfig.Sidecar
-	if !none.Sees("x.y.svc.cluster.local", "y") || !sidecarObj("demo", "in", 0, nil).Sees("x.y.svc.cluster.local", "y") {
+	if !none.Sees("x.y.svc.cluster.local", "y", 0) || !sidecarObj("demo", "in", 0, nil).Sees("x.y.svc.cluster.local", "y", 0) {
 		t.Error("no Sidecar, or one without egress, must see everything")
 	}
 	ro := sidecarObj("demo", "ro", 0, nil)
@@ -105,7 +105,7 @@ func TestSidecarSeesPort(t *testing.T) {
 		{"demo", 8080, true}, {"demo", 9090, false}, {"demo", 0, true},
 		{"istio-system", 9090, true}, {"other", 8080, false},
 	} {
-		if got := sc.SeesPort(model.Hostname("svc."+tc.ns+".svc.cluster.local"), tc.ns, tc.port); got != tc.want {
+		if got := sc.Sees(model.Hostname("svc."+tc.ns+".svc.cluster.local"), tc.ns, tc.port); got != tc.want {
 			t.Errorf("%s:%d: sees %v, want %v", tc.ns, tc.port, got, tc.want)
 		}
 	}

@@ -47,6 +47,22 @@ func (l Locality) String() string {
 	return strings.Join([]string{l.Region, l.Zone, l.SubZone}, "/")
 }
 
+// ParseLocality reads "region/zone/subzone", the form of String and of
+// Istio's locality fields; missing parts are empty, parts after the third
+// are ignored.
+func ParseLocality(s string) Locality {
+	parts := strings.Split(s, "/")
+	var l Locality
+	l.Region = parts[0]
+	if len(parts) > 1 {
+		l.Zone = parts[1]
+	}
+	if len(parts) > 2 {
+		l.SubZone = parts[2]
+	}
+	return l
+}
+
 // Protocol is the application protocol of a service port.
 type Protocol string
 

@@ -46,17 +46,6 @@ type ConfigLedger struct {
 	Objects []ConfigObject `json:"objects"`
 }
 
-// Object returns the ledger's entry of kind/namespace/name; Objects must
-// be sorted.
-func (l ConfigLedger) Object(kind, namespace, name string) (ConfigObject, bool) {
-	key := ConfigObject{Kind: kind, Namespace: namespace, Name: name}
-	i, ok := slices.BinarySearchFunc(l.Objects, key, ConfigObject.compare)
-	if !ok {
-		return ConfigObject{}, false
-	}
-	return l.Objects[i], true
-}
-
 // SortConfigObjects sorts objs by kind, namespace and name.
 func SortConfigObjects(objs []ConfigObject) { slices.SortFunc(objs, ConfigObject.compare) }
 

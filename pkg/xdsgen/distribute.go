@@ -27,41 +27,30 @@ import (
 // a part "*" matches any value, an omitted or empty zone or sub-zone
 // matches any value too, while an empty region matches only the empty
 // region (as istiod's locality matching does).
-type localityPattern struct {
-	region, zone, subZone string
-}
+type localityPattern model.Locality
 
-// parseLocalityPattern splits s at "/"; parts after the third are ignored.
+// parseLocalityPattern reads s as model.ParseLocality does.
 func parseLocalityPattern(s string) localityPattern {
-	parts := strings.Split(s, "/")
-	var p localityPattern
-	p.region = parts[0]
-	if len(parts) > 1 {
-		p.zone = parts[1]
-	}
-	if len(parts) > 2 {
-		p.subZone = parts[2]
-	}
-	return p
+	return localityPattern(model.ParseLocality(s))
 }
 
 // matches reports whether locality l is one of p's.
 func (p localityPattern) matches(l model.Locality) bool {
-	return (p.region == "*" || p.region == l.Region) &&
-		(p.zone == "*" || p.zone == "" || p.zone == l.Zone) &&
-		(p.subZone == "*" || p.subZone == "" || p.subZone == l.SubZone)
+	return (p.Region == "*" || p.Region == l.Region) &&
+		(p.Zone == "*" || p.Zone == "" || p.Zone == l.Zone) &&
+		(p.SubZone == "*" || p.SubZone == "" || p.SubZone == l.SubZone)
 }
 
 // specificity is the number of p's parts that name one value.
 func (p localityPattern) specificity() int {
 	n := 0
-	if p.region != "*" {
+	if p.Region != "*" {
 		n++
 	}
-	if p.zone != "*" && p.zone != "" {
+	if p.Zone != "*" && p.Zone != "" {
 		n++
 	}
-	if p.subZone != "*" && p.subZone != "" {
+	if p.SubZone != "*" && p.SubZone != "" {
 		n++
 	}
 	return n
@@ -245,5 +234,5 @@ func localityPatternsOverlap(p, q localityPattern) bool {
 		wild := func(s string) bool { return s == "*" || emptyAny && s == "" }
 		return wild(a) || wild(b) || a == b
 	}
-	return part(p.region, q.region, false) && part(p.zone, q.zone, true) && part(p.subZone, q.subZone, true)
+	return part(p.Region, q.Region, false) && part(p.Zone, q.Zone, true) && part(p.SubZone, q.SubZone, true)
 }

@@ -97,7 +97,7 @@ type Sidecar struct {
 // one without a Scope, else those some egress host of the Scope names (by
 // namespace and hostname), each with only the ports its egress listeners
 // name (an egress listener with a port names its hosts on that port
-// only; istioconfig.Sidecar.SeesPort). The shared routes are not scoped
+// only; istioconfig.Sidecar.Sees). The shared routes are not scoped
 // (see SidecarRoutes). It is pure; a narrowed service is a copy.
 func ScopedServices(services []*model.MergedService, sc Sidecar) []*model.MergedService {
 	if sc.Scope == nil {
@@ -111,7 +111,7 @@ func ScopedServices(services []*model.MergedService, sc Sidecar) []*model.Merged
 		svc := ms.Service
 		var ports []model.ServicePort
 		for _, p := range svc.Ports {
-			if sc.Scope.SeesPort(svc.Hostname, svc.Namespace, p.Port) {
+			if sc.Scope.Sees(svc.Hostname, svc.Namespace, p.Port) {
 				ports = append(ports, p)
 			}
 		}
