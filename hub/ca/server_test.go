@@ -181,6 +181,12 @@ func TestCreateCertificate(t *testing.T) {
 		if err := c1.ctrl.Delete(ctx, sec); err != nil {
 			t.Fatal(err)
 		}
+		// The apiserver learns of the deletion from its own informer, a
+		// moment later; until then it still vouches for the token (CI once
+		// caught it in that moment). Wait for its own TokenReview to refuse
+		// the token, so that the CA is asked only once it must refuse too:
+		// asked earlier, it would rightly sign and cache the review.
+		waitRevoked(t, c1, bound)
 		csr, _ := newCSR(t, nil, nil)
 		_, err := s.request(ctx, "cluster-1", bound, csr, 0)
 		wantCode(t, err, codes.Unauthenticated, "cluster-1")
@@ -305,5 +311,26 @@ func TestAuthenticateCanceled(t *testing.T) {
 	cancel()
 	if _, err := a.Authenticate(ctx, "cluster-1", forgedJWT(t, time.Now())); err == nil || ca.IsUnauthenticated(err) {
 		t.Errorf("canceled: %v, want a review failure", err)
+	}
+}
+
+// waitRevoked polls c's own TokenReview until it no longer authenticates
+// token.
+func waitRevoked(t *testing.T, c *remoteCluster, token string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tr, err := c.kube.AuthenticationV1().TokenReviews().Create(context.Background(), &authenticationv1.TokenReview{
+			Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{"istio-ca"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("token review: %v", err)
+		}
+		if !tr.Status.Authenticated {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the apiserver still authenticates a token whose bound Secret was deleted 30s ago")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
