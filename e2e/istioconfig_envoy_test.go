@@ -384,3 +384,62 @@ spec:
 	testutil.Eventually(t, converge, poll, c.onlyFrom(ctx, 20, "cluster-3"))
 	testutil.Eventually(t, converge, poll, synced)
 }
+
+// TestSidecarSourceLabels: a VirtualService match on the client's labels
+// (sourceLabels) sends the requests of the Envoy sidecars that carry them
+// to subset v2 (cluster-2) and everyone else's to v1 (cluster-1), both
+// clients in cluster-1, whose Pods the registry does not know (no Service
+// selects them), so the hub classes them by the labels pilot-agent puts
+// in their nodes. Changing the match swaps them without a reconnection;
+// removing the VirtualService sends both back to their own cluster.
+func TestSidecarSourceLabels(t *testing.T) {
+	f, net, hub := sidecarFleet(t, 2)
+	ctx := t.Context()
+	_, echoes := versionedSidecars(t, f, net, hub)
+	client := func(name, track string) (*framework.Sidecar, *viaEnvoy) {
+		pod := framework.NewTestPod(t, net, framework.PodOptions{Name: name})
+		sc := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+			Cluster: f.Remote("cluster-1"), Pod: pod, Hub: hub, Name: name + "-0", Namespace: "demo",
+			Labels: map[string]string{"track": track},
+		})
+		return sc, newViaEnvoy(t, pod, echoHost)
+	}
+	stableSC, stable := client("stable", "stable")
+	canarySC, canary := client("canary", "canary")
+	all := append([]*framework.Sidecar{stableSC, canarySC}, echoes...)
+	waitReady(t, all...)
+	testutil.Eventually(t, converge, poll, stable.onlyFrom(ctx, 20, "cluster-1"))
+	testutil.Eventually(t, converge, poll, canary.onlyFrom(ctx, 20, "cluster-1"))
+
+	byTrack := func(track string) string {
+		return `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo, namespace: demo}
+spec:
+  hosts: [echo]
+  http:
+  - name: by-track
+    match: [{sourceLabels: {track: ` + track + `}}]
+    route: [{destination: {host: echo, subset: v2}}]
+  - route: [{destination: {host: echo, subset: v1}}]
+`
+	}
+	applyIstio(t, f, echoSubsets)
+	applyIstio(t, f, byTrack("canary"))
+	testutil.Eventually(t, converge, poll, canary.onlyFrom(ctx, 50, "cluster-2"))
+	testutil.Eventually(t, converge, poll, stable.onlyFrom(ctx, 50, "cluster-1"))
+	testutil.Eventually(t, converge, poll, func() error { return allSynced(t, hub, all...) })
+
+	// The other track now: both sidecars change class, their listeners
+	// name other routes, and the traffic swaps.
+	applyIstio(t, f, byTrack("stable"))
+	testutil.Eventually(t, converge, poll, stable.onlyFrom(ctx, 50, "cluster-2"))
+	testutil.Eventually(t, converge, poll, canary.onlyFrom(ctx, 50, "cluster-1"))
+	testutil.Eventually(t, converge, poll, func() error { return allSynced(t, hub, all...) })
+
+	deleteIstio(t, f, "VirtualService", "demo", "echo")
+	testutil.Eventually(t, converge, poll, stable.onlyFrom(ctx, 20, "cluster-1"))
+	testutil.Eventually(t, converge, poll, canary.onlyFrom(ctx, 20, "cluster-1"))
+	testutil.Eventually(t, converge, poll, func() error { return allSynced(t, hub, all...) })
+}

@@ -57,6 +57,10 @@ type groupCache struct {
 	// ID their own listeners and clusters (see sidecar).
 	envoyRoutes *written
 	sidecars    map[string]*sidecar
+	// classes counts the held sidecars of each route class but the
+	// default: envoyRoutes holds the routes of exactly these classes
+	// besides the default's.
+	classes map[istioconfig.RouteClass]int
 	// shapes holds every service's shape as last planned, kept whether or
 	// not a sidecar is held, so that a push can tell whether sidecars'
 	// outbound side changed at all.
@@ -94,6 +98,7 @@ func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, 
 		members:     map[xdsgen.ProxyGroup]int{},
 		envoyRoutes: newWritten(l, resourcev3.RouteType, nil),
 		sidecars:    map[string]*sidecar{},
+		classes:     map[istioconfig.RouteClass]int{},
 		shapes:      map[model.Hostname]shape{},
 		secrets:     l.newCache(resourcev3.SecretType, nil),
 	}
@@ -250,8 +255,10 @@ func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) reshape {
 // up to date after a push, given the push's planned load-assignment
 // changes and what its changes touch (see reshape). When nothing of their
 // outbound side changed (endpoints moved, the common case), only the
-// sidecars whose pods started or stopped serving a port are regenerated;
-// a VirtualService change regenerates the shared routes only; otherwise
+// sidecars whose pods started or stopped serving a port, or whose policy,
+// Sidecar scope or route class changed, are regenerated; a VirtualService
+// change regenerates the shared routes (and the listeners of the sidecars
+// whose route class it changes, which name their class's routes); otherwise
 // every sidecar's listeners and clusters are, from all services, and the
 // shared routes. The load assignments of the EDS clusters written anew
 // follow them.
@@ -260,25 +267,38 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 		return nil
 	}
 	services := c.meshServicesLocked()
+	cfg := c.planner.Config()
+	pods := indexPods(services)
+	type replan struct {
+		sc *sidecar
+		st sidecarState
+	}
+	var replans []replan
+	classesChanged := false
+	for _, sc := range c.sidecars {
+		if sc.err != nil {
+			continue
+		}
+		st := sc.state(services, pods, cfg)
+		if !r.sidecars && sc.same(st) {
+			continue
+		}
+		classesChanged = c.moveClassLocked(sc.proxy.Routes, st.class) || classesChanged
+		replans = append(replans, replan{sc, st})
+	}
 	var out []write
-	if r.routes {
-		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.opts)); ok {
+	// The routes first: a sidecar moved to a new class finds them.
+	if r.routes || classesChanged {
+		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, cfg, c.classes, c.opts)); ok {
 			out = append(out, w)
 		}
 	}
 	warm := map[xdsgen.ProxyGroup][]string{}
-	cfg := c.planner.Config()
-	pods := indexPods(services)
-	for _, sc := range c.sidecars {
-		in := sc.inbound(services)
-		sec, scope := sc.policy(pods, cfg)
-		if !r.sidecars && slices.Equal(in, sc.proxy.Inbound) && sec.Same(sc.proxy.Security) && scope == sc.proxy.Scope {
-			continue
-		}
-		for _, w := range sc.replan(services, cfg, in, sec, scope, c.opts) {
+	for _, p := range replans {
+		for _, w := range p.sc.replan(services, cfg, p.st, c.opts) {
 			out = append(out, w)
 			if w.typeURL == resourcev3.ClusterType {
-				warm[sc.group] = append(warm[sc.group], warmedBy(w)...)
+				warm[p.sc.group] = append(warm[p.sc.group], warmedBy(w)...)
 			}
 		}
 	}
@@ -407,16 +427,46 @@ func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node) {
 		return
 	}
 	services := c.meshServicesLocked()
-	if len(c.sidecars) == 0 {
-		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.opts)); ok {
-			// Updating only fails for a nil resource.
-			_ = w.cache.UpdateResources(w.Upsert, w.Delete)
-		}
-	}
 	sc := newSidecar(c.ledger, node, services, c.planner.Config(), c.opts)
+	if c.moveClassLocked(istioconfig.RouteClass{}, sc.proxy.Routes) || len(c.sidecars) == 0 {
+		c.writeRoutesLocked(services)
+	}
 	sc.members = 1
 	c.sidecars[id] = sc
 	c.metrics.sidecars.Set(float64(len(c.sidecars)))
+}
+
+// moveClassLocked counts one held sidecar as of route class to rather
+// than from, and reports whether that changed the set of classes whose
+// routes envoyRoutes holds.
+func (c *groupCache) moveClassLocked(from, to istioconfig.RouteClass) bool {
+	if from == to {
+		return false
+	}
+	changed := false
+	if !from.IsDefault() {
+		if c.classes[from]--; c.classes[from] == 0 {
+			delete(c.classes, from)
+			changed = true
+		}
+	}
+	if !to.IsDefault() {
+		changed = changed || c.classes[to] == 0
+		c.classes[to]++
+	}
+	c.metrics.routeClasses.Set(float64(len(c.classes)))
+	return changed
+}
+
+// writeRoutesLocked brings the shared Envoy routes up to date outside a
+// push: for the first sidecar of all (no push maintains them while there
+// is none) and when a sidecar arrives with, or the last leaves with, a
+// route class of its own.
+func (c *groupCache) writeRoutesLocked(services []*model.MergedService) {
+	if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.classes, c.opts)); ok {
+		// Updating only fails for a nil resource.
+		_ = w.cache.UpdateResources(w.Upsert, w.Delete)
+	}
 }
 
 // detach forgets stream k, freeing its group when k was the group's last
@@ -439,6 +489,9 @@ func (c *groupCache) detachLocked(k streamKey) {
 			delete(c.sidecars, a.sidecar)
 			sc.release(c.ledger)
 			c.metrics.sidecars.Set(float64(len(c.sidecars)))
+			if c.moveClassLocked(sc.proxy.Routes, istioconfig.RouteClass{}) && len(c.sidecars) > 0 {
+				c.writeRoutesLocked(c.meshServicesLocked())
+			}
 		}
 	}
 	g := a.group

@@ -7,6 +7,7 @@ type metrics struct {
 	groups       prometheus.Gauge
 	groupsBuilt  prometheus.Counter
 	sidecars     prometheus.Gauge
+	routeClasses prometheus.Gauge
 	pushes       *prometheus.CounterVec
 	nacks        *prometheus.CounterVec
 	pushDuration prometheus.Histogram
@@ -30,6 +31,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meshfed_xds_envoy_sidecars",
 			Help: "Envoy sidecars (node IDs) with an open stream, whose listeners and clusters this replica holds.",
 		}),
+		routeClasses: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshfed_xds_route_classes",
+			Help: "Route classes besides the default that held Envoy sidecars are of: sets of VirtualService matches on clients (sourceLabels, sourceNamespace) that they satisfy, each with route configurations of its own.",
+		}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_xds_pushes_total",
 			Help: "Cache updates that changed resources, by xDS type.",
@@ -45,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.pushes, m.nacks, m.pushDuration)
+		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.routeClasses, m.pushes, m.nacks, m.pushDuration)
 	}
 	return m
 }

@@ -77,8 +77,11 @@ type sidecar struct {
 	proxy   xdsgen.Sidecar // Inbound as last generated
 	cluster model.ClusterID
 	group   xdsgen.ProxyGroup // whose load assignments it gets
-	err     error             // a node the hub cannot serve; its watches fail with it
-	members int               // open streams of the node
+	// node is the namespace and labels the node's metadata claim, for
+	// its route class when the registry does not know its Pod.
+	node    pod
+	err     error // a node the hub cannot serve; its watches fail with it
+	members int   // open streams of the node
 	caches  map[string]*written
 	replans int // regenerations after the first, for tests of what a push costs
 }
@@ -128,13 +131,19 @@ func sidecarResources(typeURL string, services []*model.MergedService, cfg *isti
 	return out
 }
 
-// envoyRoutes generates the route configurations every Envoy sidecar
-// shares (named by port), under the Istio configuration cfg.
-func envoyRoutes(services []*model.MergedService, cfg *istioconfig.Snapshot, opts xdsgen.Options) []types.Resource {
-	rs := xdsgen.SidecarRoutes(services, cfg, opts)
-	out := make([]types.Resource, len(rs))
-	for i, r := range rs {
-		out[i] = r
+// envoyRoutes generates the route configurations Envoy sidecars share,
+// under the Istio configuration cfg: those of the default route class
+// (named by port) and those of each of classes (named by port and class).
+func envoyRoutes(services []*model.MergedService, cfg *istioconfig.Snapshot, classes map[istioconfig.RouteClass]int, opts xdsgen.Options) []types.Resource {
+	var out []types.Resource
+	add := func(class istioconfig.RouteClass) {
+		for _, r := range xdsgen.SidecarClassRoutes(services, cfg, class, opts) {
+			out = append(out, r)
+		}
+	}
+	add(istioconfig.RouteClass{})
+	for class := range classes {
+		add(class)
 	}
 	return out
 }
@@ -143,12 +152,13 @@ func envoyRoutes(services []*model.MergedService, cfg *istioconfig.Snapshot, opt
 // services under the Istio configuration cfg.
 func newSidecar(l *Ledger, node *corev3.Node, services []*model.MergedService, cfg *istioconfig.Snapshot, opts xdsgen.Options) *sidecar {
 	sc, cluster, err := sidecarOf(node)
-	s := &sidecar{proxy: sc, cluster: cluster, group: ProxyGroupOf(node), err: err, caches: map[string]*written{}}
+	s := &sidecar{proxy: sc, cluster: cluster, group: ProxyGroupOf(node), err: err, caches: map[string]*written{},
+		node: pod{ns: sc.Namespace, labels: model.NewLabels(xdsnode.MetadataOf(node.GetMetadata()).Labels)}}
 	if err != nil {
 		return s
 	}
 	s.proxy.Inbound = xdsgen.SidecarInbound(services, cluster, sc.IP)
-	s.proxy.Security, s.proxy.Scope = s.policy(indexPods(services), cfg)
+	s.proxy.Security, s.proxy.Scope, s.proxy.Routes = s.policy(indexPods(services), cfg)
 	for _, t := range sidecarTypes {
 		s.caches[t] = newWritten(l, t, sidecarResources(t, services, cfg, s.proxy, opts))
 	}
@@ -167,24 +177,49 @@ func (s *sidecar) inbound(services []*model.MergedService) []xdsgen.InboundPort 
 	return xdsgen.SidecarInbound(services, s.cluster, s.proxy.IP)
 }
 
-// policy returns the security policy and the Sidecar scope of the
-// sidecar's pod under cfg, by the registry's Pods (else by the node's
-// namespace).
-func (s *sidecar) policy(x pods, cfg *istioconfig.Snapshot) (istioconfig.WorkloadSecurity, *istioconfig.Sidecar) {
-	return x.security(cfg, s.cluster, s.proxy.IP, s.proxy.Namespace)
+// policy returns the security policy, the Sidecar scope and the route
+// class of the sidecar's pod under cfg, by the registry's Pods (else by
+// the node's namespace, and for the class its labels).
+func (s *sidecar) policy(x pods, cfg *istioconfig.Snapshot) (istioconfig.WorkloadSecurity, *istioconfig.Sidecar, istioconfig.RouteClass) {
+	sec, scope := x.security(cfg, s.cluster, s.proxy.IP, s.proxy.Namespace)
+	return sec, scope, x.routeClass(cfg, s.cluster, s.proxy.IP, s.node)
 }
 
-// replan regenerates the sidecar's resources from services under cfg,
-// with inbound as the ports its pod serves, sec as its policy and scope
-// as its Sidecar, and returns the writes that bring its caches up to date.
-func (s *sidecar) replan(services []*model.MergedService, cfg *istioconfig.Snapshot, inbound []xdsgen.InboundPort,
-	sec istioconfig.WorkloadSecurity, scope *istioconfig.Sidecar, opts xdsgen.Options) []write {
+// sidecarState is what a sidecar's resources are generated from besides
+// the services and the configuration: the ports its pod serves and its
+// pod's policy, Sidecar scope and route class.
+type sidecarState struct {
+	inbound []xdsgen.InboundPort
+	sec     istioconfig.WorkloadSecurity
+	scope   *istioconfig.Sidecar
+	class   istioconfig.RouteClass
+}
+
+// state returns the sidecar's state now, by services (indexed in x)
+// under cfg.
+func (s *sidecar) state(services []*model.MergedService, x pods, cfg *istioconfig.Snapshot) sidecarState {
+	st := sidecarState{inbound: s.inbound(services)}
+	st.sec, st.scope, st.class = s.policy(x, cfg)
+	return st
+}
+
+// same reports whether st is the state the sidecar's resources were last
+// generated from.
+func (s *sidecar) same(st sidecarState) bool {
+	return slices.Equal(st.inbound, s.proxy.Inbound) && st.sec.Same(s.proxy.Security) &&
+		st.scope == s.proxy.Scope && st.class == s.proxy.Routes
+}
+
+// replan regenerates the sidecar's resources from services under cfg in
+// state st, and returns the writes that bring its caches up to date.
+func (s *sidecar) replan(services []*model.MergedService, cfg *istioconfig.Snapshot, st sidecarState, opts xdsgen.Options) []write {
 	if s.err != nil {
 		return nil
 	}
-	s.proxy.Inbound = inbound
-	s.proxy.Security = sec
-	s.proxy.Scope = scope
+	s.proxy.Inbound = st.inbound
+	s.proxy.Security = st.sec
+	s.proxy.Scope = st.scope
+	s.proxy.Routes = st.class
 	s.replans++
 	var out []write
 	for _, t := range sidecarTypes {

@@ -1,16 +1,23 @@
 package xds
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/structpb"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 func configOf(objs ...istioconfig.Object) *istioconfig.Snapshot {
@@ -109,5 +116,101 @@ func TestSidecarScopeChanges(t *testing.T) {
 	c.plan([]model.Hostname{echo}, st.Service, cfg)
 	if sc.replans != before+1 {
 		t.Errorf("a push under the same Sidecar regenerated the sidecar")
+	}
+}
+
+// rdsNames returns the sorted route configuration names that the
+// sidecar's listeners take.
+func rdsNames(t *testing.T, sc *sidecar) []string {
+	t.Helper()
+	var out []string
+	for _, r := range sc.caches[resourcev3.ListenerType].last {
+		for _, fc := range r.(*listenerv3.Listener).GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				hcm := &hcmv3.HttpConnectionManager{}
+				if f.GetTypedConfig().UnmarshalTo(hcm) == nil && hcm.GetRds() != nil && !slices.Contains(out, hcm.GetRds().GetRouteConfigName()) {
+					out = append(out, hcm.GetRds().GetRouteConfigName())
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestSidecarRouteClassChanges: a VirtualService match on clients gives
+// the sidecars that satisfy it routes of their class, which their
+// listeners name, by the registry's Pod or else the node's own namespace
+// and labels; a change of the match moves them, and the routes of a
+// class no sidecar is of any more are deleted.
+func TestSidecarRouteClassChanges(t *testing.T) {
+	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
+	c.plan([]model.Hostname{echo}, st.Service, nil)
+	a := c.sidecars[node.GetId()]
+	vsOn := func(m *networking.HTTPMatchRequest) *istioconfig.Snapshot {
+		return configOf(&istioconfig.VirtualService{Meta: meta("VirtualService", "echo"), Spec: &networking.VirtualService{
+			Hosts: []string{string(echo)},
+			Http: []*networking.HTTPRoute{
+				{Name: "by-client", Match: []*networking.HTTPMatchRequest{m},
+					Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: string(echo)}}}},
+				{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: string(echo)}}}},
+			},
+		}})
+	}
+	routes := func() []string { return slices.Sorted(maps.Keys(c.envoyRoutes.last)) }
+
+	// Every pod of namespace demo: the registry's Pod at 10.0.0.5 is.
+	byNS := vsOn(&networking.HTTPMatchRequest{SourceNamespace: "demo"})
+	c.plan(nil, st.Service, byNS)
+	nsClass := byNS.RouteClass("demo", model.Labels{})
+	nsRoutes := xdsgen.SidecarClassRouteName(8080, nsClass)
+	if a.proxy.Routes != nsClass || nsClass.IsDefault() {
+		t.Fatalf("sidecar of class %v, want %v", a.proxy.Routes, nsClass)
+	}
+	if got := routes(); !slices.Equal(got, []string{"8080", nsRoutes}) {
+		t.Errorf("shared routes %v, want 8080 and %s", got, nsRoutes)
+	}
+	if got := rdsNames(t, a); !slices.Equal(got, []string{nsRoutes}) {
+		t.Errorf("listeners take routes %v, want %s", got, nsRoutes)
+	}
+	if got := testutil.ToFloat64(c.metrics.routeClasses); got != 1 {
+		t.Errorf("meshfed_xds_route_classes = %v, want 1", got)
+	}
+
+	// A node whose Pod the registry does not know is classed by its own
+	// metadata.
+	nodeB := envoyNode("10.0.0.77", "pod-b", "c1", "NONE")
+	nodeB.Metadata.Fields[xdsnode.MetadataLabels] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		"app": structpb.NewStringValue("client")}})
+	c.attach(streamKey{false, 2}, nodeB)
+	b := c.sidecars[nodeB.GetId()]
+	if b.proxy.Routes != nsClass {
+		t.Errorf("node of namespace demo of class %v, want %v", b.proxy.Routes, nsClass)
+	}
+
+	// Now only pods labelled app=client: b moves to the new class, a to
+	// the default, and the namespace's class and its routes are gone.
+	byLabels := vsOn(&networking.HTTPMatchRequest{SourceLabels: map[string]string{"app": "client"}})
+	c.plan(nil, st.Service, byLabels)
+	labelRoutes := xdsgen.SidecarClassRouteName(8080, byLabels.RouteClass("demo", model.NewLabels(map[string]string{"app": "client"})))
+	if got := rdsNames(t, a); !slices.Equal(got, []string{"8080"}) {
+		t.Errorf("unlabelled sidecar's listeners take routes %v, want 8080", got)
+	}
+	if got := rdsNames(t, b); !slices.Equal(got, []string{labelRoutes}) {
+		t.Errorf("app=client sidecar's listeners take routes %v, want %s", got, labelRoutes)
+	}
+	if got := routes(); !slices.Equal(got, []string{"8080", labelRoutes}) {
+		t.Errorf("shared routes %v, want 8080 and %s", got, labelRoutes)
+	}
+	if vh := c.envoyRoutes.last[labelRoutes].(*routev3.RouteConfiguration).GetVirtualHosts()[0]; vh.GetRoutes()[0].GetName() != "by-client" {
+		t.Errorf("class routes %v lack the match on clients", vh.GetRoutes())
+	}
+	if vh := c.envoyRoutes.last["8080"].(*routev3.RouteConfiguration).GetVirtualHosts()[0]; len(vh.GetRoutes()) != 1 || vh.GetRoutes()[0].GetName() != "" {
+		t.Errorf("default routes %v hold the match on clients", vh.GetRoutes())
+	}
+
+	c.detach(streamKey{false, 2})
+	if got := routes(); !slices.Equal(got, []string{"8080"}) || len(c.classes) != 0 {
+		t.Errorf("with the class's last sidecar gone, routes %v and classes %v remain", got, c.classes)
 	}
 }

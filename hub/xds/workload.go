@@ -51,3 +51,19 @@ func (x pods) security(cfg *istioconfig.Snapshot, cluster model.ClusterID, ip ne
 	}
 	return cfg.Workload(p.ns, p.labels), cfg.SidecarScope(p.ns, p.labels)
 }
+
+// routeClass returns the route class, under cfg, of the client at ip in
+// cluster: by the Pod the registry has there, else by fallback (its
+// node's namespace and LABELS metadata). Unlike policy, which an
+// unknown Pod gets only the namespace's of, routing may trust the node:
+// a class decides which routes a client takes, never what it may reach.
+func (x pods) routeClass(cfg *istioconfig.Snapshot, cluster model.ClusterID, ip netip.Addr, fallback pod) istioconfig.RouteClass {
+	if !cfg.HasSourceRules() {
+		return istioconfig.RouteClass{}
+	}
+	p, ok := x[podKey{cluster, ip.Unmap()}]
+	if !ok {
+		p = fallback
+	}
+	return cfg.RouteClass(p.ns, p.labels)
+}

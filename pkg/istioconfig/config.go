@@ -103,6 +103,7 @@ type Snapshot struct {
 	security      securityIndex
 	sidecars      sidecarIndex
 	entries       entryIndex
+	sources       []sourceRule // conditions on clients (RouteClass)
 	shadowed      []Shadowed
 }
 
@@ -163,6 +164,7 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 		}
 	}
 	s.entries.build()
+	s.sources = sourceRules(s.objects)
 	for _, c := range claims {
 		var winner Key
 		switch {

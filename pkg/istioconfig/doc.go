@@ -28,6 +28,11 @@
 // Kubernetes Service of its host. Their hosts are taken as written (no
 // namespace is added).
 //
+// A VirtualService match may name its clients (sourceLabels,
+// sourceNamespace). RouteClass (source.go) sorts proxies by the set of
+// such conditions they satisfy, so that all proxies of one class can share
+// one set of routes; most proxies are of the default class.
+//
 // Differences from Istio, on purpose or not yet done: exportTo is not
 // applied (every object is visible fleet-wide), delegate VirtualServices
 // are refused by validation, several VirtualServices of one host are not

@@ -28,7 +28,7 @@ func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 			for _, h := range o.Spec.GetHosts() {
 				host := istioconfig.ResolveHost(h, o.Namespace, domainSuffix)
 				for _, port := range notePorts(o) {
-					_, ns := virtualServiceRoutes(kind, host, port, cfg, domainSuffix, nil)
+					_, ns := virtualServiceRoutes(kind, host, port, cfg, istioconfig.RouteClass{}, domainSuffix, nil)
 					add(ns)
 				}
 			}

@@ -36,7 +36,7 @@ func Routes(svc *model.Service, cfg istioconfig.HostConfig, domainSuffix string)
 
 func route(svc *model.Service, port uint32, cfg istioconfig.HostConfig, domainSuffix string) *routev3.RouteConfiguration {
 	name := RouteName(svc.Hostname, port)
-	routes, _ := virtualServiceRoutes(ProxyGRPC, svc.Hostname, port, cfg, domainSuffix, nil)
+	routes, _ := virtualServiceRoutes(ProxyGRPC, svc.Hostname, port, cfg, istioconfig.RouteClass{}, domainSuffix, nil)
 	if len(routes) == 0 {
 		routes = []*routev3.Route{defaultProxylessRoute(svc.Hostname, port, cfg.DestinationRule)}
 	}

@@ -91,6 +91,11 @@ type Sidecar struct {
 	// REGISTRY_ONLY sends what no listener takes to BlackHoleCluster
 	// instead of PassthroughCluster.
 	Scope *istioconfig.Sidecar
+	// Routes is the pod's RouteClass (istioconfig.Snapshot.RouteClass):
+	// its outbound HTTP listeners take the routes of that class
+	// (SidecarClassRouteName), which hold the VirtualService matches on
+	// clients that the pod satisfies. The zero value is the default class.
+	Routes istioconfig.RouteClass
 }
 
 // ScopedServices returns, of services, those the sidecar sc sees: every
@@ -161,6 +166,17 @@ func (sc Sidecar) serves(port uint32) bool {
 // SidecarRouteName returns the RDS name of the outbound HTTP routes on port,
 // "<port>", as istiod names them. It is pure.
 func SidecarRouteName(port uint32) string { return strconv.FormatUint(uint64(port), 10) }
+
+// SidecarClassRouteName returns the RDS resource name of the outbound
+// routes of port for the Envoy sidecars of class: SidecarRouteName(port)
+// for the default class, else "<port>~<class name>", e.g.
+// "8080~9c3e55a1f0d2b7e4" (see istioconfig.RouteClass.Name).
+func SidecarClassRouteName(port uint32, class istioconfig.RouteClass) string {
+	if class.IsDefault() {
+		return SidecarRouteName(port)
+	}
+	return SidecarRouteName(port) + "~" + class.Name()
+}
 
 // InboundClusterName returns the name of the cluster that reaches the local
 // app on port, "inbound|<port>||". It is pure.

@@ -36,18 +36,30 @@ import (
 // that matches no virtual host gets Envoy's 404 (there is no allow-any
 // passthrough host). opts is accepted for symmetry with the other
 // generators; the routes do not depend on it. It is pure.
-func SidecarRoutes(services []*model.MergedService, config *istioconfig.Snapshot, _ Options) []*routev3.RouteConfiguration {
+//
+// These are the routes of the default RouteClass: no VirtualService match
+// that names its clients (sourceLabels, sourceNamespace) is part of them.
+// SidecarClassRoutes gives those of the sidecars that satisfy some.
+func SidecarRoutes(services []*model.MergedService, config *istioconfig.Snapshot, opts Options) []*routev3.RouteConfiguration {
+	return SidecarClassRoutes(services, config, istioconfig.RouteClass{}, opts)
+}
+
+// SidecarClassRoutes returns the outbound HTTP route configurations of the
+// Envoy sidecars of class: SidecarRoutes' (which it is for the default
+// class) with the VirtualService matches on clients that class satisfies,
+// named SidecarClassRouteName(port, class). It is pure.
+func SidecarClassRoutes(services []*model.MergedService, config *istioconfig.Snapshot, class istioconfig.RouteClass, _ Options) []*routev3.RouteConfiguration {
 	var out []*routev3.RouteConfiguration
 	for _, p := range outboundPorts(services) {
 		if p.isHTTP() {
-			out = append(out, sidecarRoute(p, config))
+			out = append(out, sidecarRoute(p, config, class))
 		}
 	}
 	sortByName(out)
 	return out
 }
 
-func sidecarRoute(p outboundPort, config *istioconfig.Snapshot) *routev3.RouteConfiguration {
+func sidecarRoute(p outboundPort, config *istioconfig.Snapshot, class istioconfig.RouteClass) *routev3.RouteConfiguration {
 	claims := map[string]int{}
 	for _, ref := range p.http {
 		for _, d := range domains(ref.svc, p.port) {
@@ -55,7 +67,7 @@ func sidecarRoute(p outboundPort, config *istioconfig.Snapshot) *routev3.RouteCo
 		}
 	}
 	rc := &routev3.RouteConfiguration{
-		Name: SidecarRouteName(p.port),
+		Name: SidecarClassRouteName(p.port, class),
 		// The clusters arrive on CDS independently; do not reject a route
 		// that names one not yet known (istiod's setting too).
 		ValidateClusters: wrapperspb.Bool(false),
@@ -70,17 +82,17 @@ func sidecarRoute(p outboundPort, config *istioconfig.Snapshot) *routev3.RouteCo
 		rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
 			Name:    ListenerName(ref.svc.Hostname, p.port),
 			Domains: ds,
-			Routes:  sidecarServiceRoutes(ref.svc.Hostname, p.port, config),
+			Routes:  sidecarServiceRoutes(ref.svc.Hostname, p.port, config, class),
 		})
 	}
 	return rc
 }
 
 // sidecarServiceRoutes are the routes of the virtual host of port of h.
-func sidecarServiceRoutes(h model.Hostname, port uint32, config *istioconfig.Snapshot) []*routev3.Route {
+func sidecarServiceRoutes(h model.Hostname, port uint32, config *istioconfig.Snapshot, class istioconfig.RouteClass) []*routev3.Route {
 	cfg := config.Host(h)
 	drs := func(d model.Hostname) *istioconfig.DestinationRule { return config.Host(d).DestinationRule }
-	if routes, _ := virtualServiceRoutes(ProxyEnvoy, h, port, cfg, config.DomainSuffix(), drs); len(routes) > 0 {
+	if routes, _ := virtualServiceRoutes(ProxyEnvoy, h, port, cfg, class, config.DomainSuffix(), drs); len(routes) > 0 {
 		return routes
 	}
 	r := outboundRoute(ClusterName(h, port))

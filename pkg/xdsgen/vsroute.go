@@ -79,7 +79,7 @@ func (n RouteNote) String() string {
 func RouteNotes(kind ProxyKind, svc *model.Service, cfg istioconfig.HostConfig, domainSuffix string) []RouteNote {
 	var out []RouteNote
 	for _, p := range servicePorts(svc) {
-		_, notes := virtualServiceRoutes(kind, svc.Hostname, p.Port, cfg, domainSuffix, nil)
+		_, notes := virtualServiceRoutes(kind, svc.Hostname, p.Port, cfg, istioconfig.RouteClass{}, domainSuffix, nil)
 		for _, n := range notes {
 			if !slices.Contains(out, n) {
 				out = append(out, n)
@@ -98,7 +98,10 @@ type destinationRules func(model.Hostname) *istioconfig.DestinationRule
 // left out. It returns no routes when there is no VirtualService or none
 // of its rules applies to the port: the caller then keeps its default
 // route, as istiod does. drs may be nil: then only h's own
-// DestinationRule (cfg's) is known.
+// DestinationRule (cfg's) is known. class is the Envoy sidecars' the
+// routes are for: a match on the client (sourceLabels, sourceNamespace)
+// applies only when class satisfies it; proxyless gRPC clients, which
+// share their routes, get no such match.
 //
 // Istio's semantics are kept: rules in order, the first match wins; the
 // matches of a rule are alternatives (one route each), the conditions of
@@ -106,7 +109,7 @@ type destinationRules func(model.Hostname) *istioconfig.DestinationRule
 // differently is left out with a note rather than generated wrong; a
 // field whose absence leaves the matching and the destination intact
 // (mirror, CORS, header changes for gRPC) is dropped with a note.
-func virtualServiceRoutes(kind ProxyKind, h model.Hostname, port uint32, cfg istioconfig.HostConfig, domainSuffix string, drs destinationRules) ([]*routev3.Route, []RouteNote) {
+func virtualServiceRoutes(kind ProxyKind, h model.Hostname, port uint32, cfg istioconfig.HostConfig, class istioconfig.RouteClass, domainSuffix string, drs destinationRules) ([]*routev3.Route, []RouteNote) {
 	vs := cfg.VirtualService
 	if vs == nil || vs.Spec == nil {
 		return nil, nil
@@ -119,7 +122,7 @@ func virtualServiceRoutes(kind ProxyKind, h model.Hostname, port uint32, cfg ist
 			return nil
 		}
 	}
-	t := &translator{kind: kind, port: port, vs: vs, domainSuffix: domainSuffix, drs: drs}
+	t := &translator{kind: kind, port: port, vs: vs, class: class, domainSuffix: domainSuffix, drs: drs}
 	var out []*routev3.Route
 	for i, rule := range vs.Spec.GetHttp() {
 		routes, catchAll := t.rule(fmt.Sprintf("spec.http[%d]", i), rule)
@@ -138,6 +141,7 @@ type translator struct {
 	kind         ProxyKind
 	port         uint32
 	vs           *istioconfig.VirtualService
+	class        istioconfig.RouteClass
 	domainSuffix string
 	drs          destinationRules
 	notes        []RouteNote
@@ -246,7 +250,7 @@ func (t *translator) match(p string, m *networking.HTTPMatchRequest) (*routev3.R
 		if !slices.Contains(gws, "mesh") {
 			return nil, false
 		}
-	} else if !t.sourceMatchSupported(p, m) {
+	} else if !t.sourceAdmits(p, m) {
 		return nil, false
 	}
 	if f := oversizedRegex(m); f != "" {
@@ -311,18 +315,24 @@ func oversizedRegex(m *networking.HTTPMatchRequest) string {
 	return ""
 }
 
-// sourceMatchSupported: routes are shared by every proxy of a kind, so a
-// match on the client's labels or namespace cannot be evaluated yet.
-func (t *translator) sourceMatchSupported(p string, m *networking.HTTPMatchRequest) bool {
-	switch {
-	case len(m.GetSourceLabels()) > 0:
-		t.note(p+".sourceLabels", "not supported yet (routes are shared by all proxies); match left out")
-		return false
-	case m.GetSourceNamespace() != "":
-		t.note(p+".sourceNamespace", "not supported yet (routes are shared by all proxies); match left out")
+// sourceAdmits reports whether the match's conditions on the client
+// (sourceLabels, sourceNamespace) hold for the proxies of t's class.
+// Proxyless gRPC clients share their listeners and routes (asked for by
+// name, one resource for every client), so no condition on the client can
+// be evaluated for them: such a match is left out, noted.
+func (t *translator) sourceAdmits(p string, m *networking.HTTPMatchRequest) bool {
+	if len(m.GetSourceLabels()) == 0 && m.GetSourceNamespace() == "" {
+		return true
+	}
+	if t.grpc() {
+		f := ".sourceLabels"
+		if len(m.GetSourceLabels()) == 0 {
+			f = ".sourceNamespace"
+		}
+		t.note(p+f, "proxyless gRPC clients share their routes, so a match on the client cannot be evaluated; match left out")
 		return false
 	}
-	return true
+	return t.class.Admits(m)
 }
 
 func (t *translator) uriMatch(p string, m *networking.HTTPMatchRequest, out *routev3.RouteMatch) bool {

@@ -3,6 +3,7 @@ package xdsgen
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -52,8 +53,7 @@ var vsCases = []vsCase{
 		{"name":"labels","match":[{"sourceLabels":{"app":"client"}}],"route":[{"destination":{"host":"echo","subset":"v2"}}]},
 		{"name":"ns","match":[{"sourceNamespace":"tests"},{"gateways":["ingress/gw"]},{"gateways":["mesh"],"sourceLabels":{"ignored":"x"},"uri":{"prefix":"/m"}}],"route":[{"destination":{"host":"echo","subset":"v2"}}]},
 		{"route":[{"destination":{"host":"echo"}}]}]}`,
-		grpcNotes:  []string{"spec.http[0].match[0].sourceLabels", "spec.http[1].match[0].sourceNamespace"},
-		envoyNotes: []string{"spec.http[0].match[0].sourceLabels", "spec.http[1].match[0].sourceNamespace"}},
+		grpcNotes: []string{"spec.http[0].match[0].sourceLabels", "spec.http[1].match[0].sourceNamespace"}},
 	{name: "match_query", vs: `{"hosts":["echo"],"http":[
 		{"name":"q","match":[{"queryParams":{"debug":{"exact":"1"},"v":{}}}],"route":[{"destination":{"host":"echo","subset":"v2"}}]},
 		{"route":[{"destination":{"host":"echo"}}]}]}`,
@@ -303,6 +303,81 @@ func TestVirtualServiceRoutesBehaviour(t *testing.T) {
 		// the sourceNamespace match are left out.
 		if len(rs) != 2 || rs[0].GetMatch().GetPrefix() != "/m" || !isCatchAll(rs[1].GetMatch()) {
 			t.Errorf("routes %v", rs)
+		}
+	})
+}
+
+// TestSidecarClassRoutes: an Envoy sidecar's routes hold exactly the
+// matches on clients that its class satisfies, under a name of the class,
+// while the default class's hold none of them.
+func TestSidecarClassRoutes(t *testing.T) {
+	var tc vsCase
+	for _, c := range vsCases {
+		if c.name == "match_source" {
+			tc = c
+		}
+	}
+	config := configOf(t, tc)
+	services := []*model.MergedService{{Service: echoService()}}
+	// The names of the routes of the echo virtual host on port 9090.
+	routeNames := func(class istioconfig.RouteClass) (rc string, names []string) {
+		for _, r := range SidecarClassRoutes(services, config, class, Options{}) {
+			if !strings.HasPrefix(r.GetName(), "9090") {
+				continue
+			}
+			checkValid(t, "route "+r.GetName(), r)
+			for _, route := range r.GetVirtualHosts()[0].GetRoutes() {
+				names = append(names, route.GetName()+" "+route.GetMatch().GetPrefix())
+			}
+			return r.GetName(), names
+		}
+		t.Fatal("no routes of port 9090")
+		return "", nil
+	}
+	for _, c := range []struct {
+		name      string
+		ns        string
+		labels    map[string]string
+		wantName  bool // a class name after "9090~"
+		wantRoute []string
+	}{
+		// A match that the class satisfies and that has no other condition
+		// is a catch-all: the rules after it are left out.
+		{"default", "demo", map[string]string{"app": "other"}, false, []string{"ns /m", " /"}},
+		{"labels", "demo", map[string]string{"app": "client", "version": "v1"}, true, []string{"labels /"}},
+		{"namespace", "tests", nil, true, []string{"ns /"}},
+		{"both", "tests", map[string]string{"app": "client"}, true, []string{"labels /"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			class := config.RouteClass(c.ns, model.NewLabels(c.labels))
+			name, got := routeNames(class)
+			if wantName := SidecarClassRouteName(9090, class); name != wantName || strings.Contains(name, "~") != c.wantName {
+				t.Errorf("route configuration %q (class %v), want %q", name, class, wantName)
+			}
+			if !slices.Equal(got, c.wantRoute) {
+				t.Errorf("routes %q, want %q", got, c.wantRoute)
+			}
+		})
+	}
+	t.Run("listeners name their class's routes", func(t *testing.T) {
+		class := config.RouteClass("tests", model.NewLabels(nil))
+		ls := SidecarListeners(services, Sidecar{IP: netip.MustParseAddr("10.0.0.9"), Routes: class}, Options{})
+		found := false
+		for _, l := range ls {
+			if l.GetName() != "0.0.0.0_9090" {
+				continue
+			}
+			found = true
+			hcm := &hcmv3.HttpConnectionManager{}
+			if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(hcm); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := hcm.GetRds().GetRouteConfigName(), SidecarClassRouteName(9090, class); got != want {
+				t.Errorf("listener takes routes %q, want %q", got, want)
+			}
+		}
+		if !found {
+			t.Error("no listener 0.0.0.0_9090")
 		}
 	})
 }
