@@ -83,6 +83,7 @@ func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
 				}
 				if policy {
 					svcs, sc.Security, sc.Scope = meshed, sec, scope
+					sc.Inbound, _ = xdsgen.SidecarIngress(scope, pod)
 				}
 				opts := xdsgen.Options{Security: security}
 				listeners := xdsgen.SidecarListeners(svcs, sc, opts)
@@ -105,7 +106,8 @@ func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
 // and endpoint metadata), a pod policy that is PERMISSIVE (TLS and
 // plaintext chains) but DISABLE on 8081 and STRICT on 9001, AUDIT, DENY
 // and ALLOW authorization on its HTTP and TCP chains, and a Sidecar with
-// REGISTRY_ONLY whose egress names both namespaces of the fixture (the
+// ingress listeners of every kind of defaultEndpoint, and REGISTRY_ONLY
+// and an egress that names both namespaces of the fixture (the
 // shared routes are not scoped: a route to a service out of scope would
 // name a cluster the sidecar lacks, which the static check refuses and
 // RDS, not validating clusters, would answer with 503).
@@ -148,7 +150,19 @@ func mixedPolicy(services []*model.MergedService) ([]*model.MergedService, istio
 			When: []*securityv1beta1.Condition{{Key: "request.headers[x-bad]", Values: []string{"1"}}},
 		}),
 	}
+	// Ingress listeners on the pod's own ports, forwarding elsewhere: to
+	// another loopback port, the pod's IP, a Unix socket; and one bound
+	// to another address (NONE mode).
+	ingress := func(n uint32, proto, bind, ep string) *networking.IstioIngressListener {
+		return &networking.IstioIngressListener{Port: &networking.SidecarPort{Number: n, Protocol: proto, Name: "p"}, Bind: bind, DefaultEndpoint: ep}
+	}
 	scope := &istioconfig.Sidecar{Meta: meta("Sidecar"), Spec: &networking.Sidecar{
+		Ingress: []*networking.IstioIngressListener{
+			ingress(7071, "GRPC", "", "0.0.0.0:17071"),
+			ingress(8081, "HTTP", "", "127.0.0.1:18081"),
+			ingress(9001, "TCP", "", "unix:///var/run/app.sock"),
+			ingress(9002, "HTTP", "10.1.0.2", ""),
+		},
 		Egress:                []*networking.IstioEgressListener{{Hosts: []string{"./*", "other/*"}}},
 		OutboundTrafficPolicy: &networking.OutboundTrafficPolicy{Mode: networking.OutboundTrafficPolicy_REGISTRY_ONLY},
 	}}

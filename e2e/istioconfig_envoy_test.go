@@ -443,3 +443,71 @@ spec:
 	testutil.Eventually(t, converge, poll, canary.onlyFrom(ctx, 20, "cluster-1"))
 	testutil.Eventually(t, converge, poll, func() error { return allSynced(t, hub, all...) })
 }
+
+// TestSidecarIngressListener: a Sidecar whose ingress listener takes the
+// echo Pod's port and forwards to another port of the Pod's loopback
+// makes the app there answer what clients send to the Service, through
+// the echo Pod's own Envoy; removing the Sidecar brings back the app on
+// the Service's target port.
+func TestSidecarIngressListener(t *testing.T) {
+	f, net, hub := sidecarFleet(t, 1)
+	ctx := t.Context()
+	r1 := f.Remote("cluster-1")
+	w, err := r1.DeployWorkload(ctx, framework.WorkloadOptions{
+		Namespace: "demo", Service: "echo", ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := framework.NewTestPod(t, net, framework.PodOptions{Name: "echo"})
+	for addr, id := range map[string]string{
+		fmt.Sprintf("127.0.0.1:%d", w.TargetPort()):   "cluster-1/app",
+		fmt.Sprintf("127.0.0.1:%d", w.TargetPort()+1): "cluster-1/ingress",
+	} {
+		app, err := framework.StartHTTPEcho(ctx, pod, addr, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = app.Close() })
+	}
+	echo := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r1, Pod: pod, Hub: hub, Name: "echo-0", Namespace: "demo", Workload: w,
+	})
+	clientPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "client"})
+	client := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r1, Pod: clientPod, Hub: hub, Name: "client-0", Namespace: "demo",
+	})
+	waitReady(t, echo, client)
+	c := newViaEnvoy(t, clientPod, echoHost)
+	answeredBy := func(want string) func() error {
+		return func() error {
+			for range 10 {
+				a, err := c.get(ctx, "/")
+				if err != nil {
+					return err
+				}
+				if a.Identity != want {
+					return fmt.Errorf("answered by %q (status %d %s), want %q", a.Identity, a.Status, a.Body, want)
+				}
+			}
+			return nil
+		}
+	}
+	testutil.Eventually(t, converge, poll, answeredBy("cluster-1/app"))
+
+	applyIstio(t, f, fmt.Sprintf(`
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: echo-ingress, namespace: demo}
+spec:
+  workloadSelector: {labels: {app: echo}}
+  ingress:
+  - port: {number: %d, protocol: HTTP, name: http}
+    defaultEndpoint: 127.0.0.1:%d
+`, w.TargetPort(), w.TargetPort()+1))
+	testutil.Eventually(t, converge, poll, answeredBy("cluster-1/ingress"))
+	testutil.Eventually(t, converge, poll, func() error { return allSynced(t, hub, echo, client) })
+
+	deleteIstio(t, f, "Sidecar", "demo", "echo-ingress")
+	testutil.Eventually(t, converge, poll, answeredBy("cluster-1/app"))
+}

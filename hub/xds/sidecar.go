@@ -157,8 +157,8 @@ func newSidecar(l *Ledger, node *corev3.Node, services []*model.MergedService, c
 	if err != nil {
 		return s
 	}
-	s.proxy.Inbound = xdsgen.SidecarInbound(services, cluster, sc.IP)
-	s.proxy.Security, s.proxy.Scope, s.proxy.Routes = s.policy(indexPods(services), cfg)
+	st := s.state(services, indexPods(services), cfg)
+	s.proxy.Inbound, s.proxy.Security, s.proxy.Scope, s.proxy.Routes = st.inbound, st.sec, st.scope, st.class
 	for _, t := range sidecarTypes {
 		s.caches[t] = newWritten(l, t, sidecarResources(t, services, cfg, s.proxy, opts))
 	}
@@ -172,8 +172,12 @@ func (s *sidecar) release(l *Ledger) {
 	}
 }
 
-// inbound returns the ports the sidecar's pod serves now, by services.
-func (s *sidecar) inbound(services []*model.MergedService) []xdsgen.InboundPort {
+// inbound returns the ports the sidecar's pod serves now: its Sidecar
+// scope's ingress listeners when it has any, else by services.
+func (s *sidecar) inbound(services []*model.MergedService, scope *istioconfig.Sidecar) []xdsgen.InboundPort {
+	if in, ok := xdsgen.SidecarIngress(scope, s.proxy.IP); ok {
+		return in
+	}
 	return xdsgen.SidecarInbound(services, s.cluster, s.proxy.IP)
 }
 
@@ -198,8 +202,9 @@ type sidecarState struct {
 // state returns the sidecar's state now, by services (indexed in x)
 // under cfg.
 func (s *sidecar) state(services []*model.MergedService, x pods, cfg *istioconfig.Snapshot) sidecarState {
-	st := sidecarState{inbound: s.inbound(services)}
+	var st sidecarState
 	st.sec, st.scope, st.class = s.policy(x, cfg)
+	st.inbound = s.inbound(services, st.scope)
 	return st
 }
 

@@ -3,6 +3,7 @@ package xds
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,5 +213,41 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	c.detach(streamKey{false, 2})
 	if got := routes(); !slices.Equal(got, []string{"8080"}) || len(c.classes) != 0 {
 		t.Errorf("with the class's last sidecar gone, routes %v and classes %v remain", got, c.classes)
+	}
+}
+
+// TestSidecarIngressListeners: a Sidecar with ingress listeners replaces
+// the inbound ports the pod's Services give (here 9000) with its own, and
+// removing it brings them back.
+func TestSidecarIngressListeners(t *testing.T) {
+	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
+	c.plan([]model.Hostname{echo}, st.Service, nil)
+	sc := c.sidecars[node.GetId()]
+	inbound := func() []string {
+		var out []string
+		for n := range sc.caches[resourcev3.ClusterType].last {
+			if strings.HasPrefix(n, "inbound|") {
+				out = append(out, n)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := inbound(); !slices.Equal(got, []string{xdsgen.InboundClusterName(9000)}) {
+		t.Fatalf("inbound clusters %v, want the Service's port 9000", got)
+	}
+	withIngress := configOf(&istioconfig.Sidecar{Meta: meta("Sidecar", "default"), Spec: &networking.Sidecar{
+		Ingress: []*networking.IstioIngressListener{{
+			Port:            &networking.SidecarPort{Number: 9100, Protocol: "HTTP", Name: "http"},
+			DefaultEndpoint: "127.0.0.1:9000",
+		}},
+	}})
+	c.plan(nil, st.Service, withIngress)
+	if got := inbound(); !slices.Equal(got, []string{xdsgen.InboundClusterName(9100)}) {
+		t.Errorf("with an ingress listener, inbound clusters %v, want its port 9100 only", got)
+	}
+	c.plan(nil, st.Service, configOf())
+	if got := inbound(); !slices.Equal(got, []string{xdsgen.InboundClusterName(9000)}) {
+		t.Errorf("without the Sidecar, inbound clusters %v, want port 9000 again", got)
 	}
 }

@@ -76,7 +76,7 @@ func EntryService(h model.Hostname, e *ServiceEntry) *model.MergedService {
 	svc := &model.Service{Hostname: h, Name: string(h), Namespace: e.Namespace,
 		External: spec.GetLocation() == networking.ServiceEntry_MESH_EXTERNAL}
 	for _, p := range spec.GetPorts() {
-		svc.Ports = append(svc.Ports, model.ServicePort{Name: p.GetName(), Port: p.GetNumber(), Protocol: entryProtocol(p.GetProtocol())})
+		svc.Ports = append(svc.Ports, model.ServicePort{Name: p.GetName(), Port: p.GetNumber(), Protocol: PortProtocol(p.GetProtocol())})
 	}
 	slices.SortFunc(svc.Ports, func(a, b model.ServicePort) int { return cmp.Compare(a.Port, b.Port) })
 	if spec.GetWorkloadSelector() != nil {
@@ -133,9 +133,10 @@ func entryPorts(spec *networking.ServiceEntry, we *networking.WorkloadEntry) map
 	return out
 }
 
-// entryProtocol maps a ServiceEntry port's protocol to the model's: gRPC,
-// HTTP and HTTP/2 as such, anything else (HTTPS, TLS, TCP, MONGO, …) TCP.
-func entryProtocol(p string) model.Protocol {
+// PortProtocol maps the protocol of an Istio port (a ServiceEntry's, a
+// Sidecar listener's) to the model's: gRPC, HTTP and HTTP/2 as such,
+// anything else (HTTPS, TLS, TCP, MONGO, …) TCP. It is pure.
+func PortProtocol(p string) model.Protocol {
 	switch strings.ToUpper(p) {
 	case "GRPC":
 		return model.ProtocolGRPC

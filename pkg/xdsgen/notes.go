@@ -1,7 +1,10 @@
 package xdsgen
 
 import (
+	"fmt"
 	"slices"
+
+	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 )
@@ -9,8 +12,8 @@ import (
 // ConfigNotes returns what the generators leave out of o for each proxy
 // kind, whatever service it applies to: for a VirtualService the notes of
 // its rules on every port its matches name and on one port they do not,
-// for a DestinationRule ClusterNotes, for an AuthorizationPolicy
-// AuthzNotes. It lets the hub say, once per
+// for a DestinationRule ClusterNotes, for a Sidecar SidecarNotes, for an
+// AuthorizationPolicy AuthzNotes. It lets the hub say, once per
 // object, what it does not apply. It is pure.
 func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 	var out []RouteNote
@@ -34,6 +37,11 @@ func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 			}
 		case *istioconfig.DestinationRule:
 			add(ClusterNotes(kind, o))
+		case *istioconfig.Sidecar:
+			if kind == ProxyEnvoy {
+				// Sidecars scope Envoy sidecars only.
+				add(SidecarNotes(o))
+			}
 		case *istioconfig.AuthorizationPolicy:
 			if kind == ProxyGRPC {
 				// AuthzNotes covers every proxy kind at once.
@@ -61,4 +69,43 @@ func notePorts(vs *istioconfig.VirtualService) []uint32 {
 		other++
 	}
 	return append(ports, other)
+}
+
+// SidecarNotes returns what the Envoy sidecar generators leave out of the
+// Sidecar s: listeners' captureMode, egress listeners' bind, ingress
+// listeners' tls and connectionPool, and inboundConnectionPool. It is
+// pure.
+func SidecarNotes(s *istioconfig.Sidecar) []RouteNote {
+	if s == nil || s.Spec == nil {
+		return nil
+	}
+	var out []RouteNote
+	note := func(field, reason string) {
+		out = append(out, RouteNote{Object: s.Key, Kind: ProxyEnvoy, Field: field, Reason: reason})
+	}
+	for i, in := range s.Spec.GetIngress() {
+		p := fmt.Sprintf("spec.ingress[%d]", i)
+		if in.GetCaptureMode() != networking.CaptureMode_DEFAULT {
+			note(p+".captureMode", "not supported yet; the node's interception mode applies")
+		}
+		if in.GetTls() != nil {
+			note(p+".tls", "not supported yet (the hub serves no SDS secrets); the port's PeerAuthentication decides its TLS")
+		}
+		if in.GetConnectionPool() != nil {
+			note(p+".connectionPool", "not supported yet; dropped")
+		}
+	}
+	for i, eg := range s.Spec.GetEgress() {
+		p := fmt.Sprintf("spec.egress[%d]", i)
+		if eg.GetBind() != "" {
+			note(p+".bind", "not supported yet; outbound listeners bind as the interception mode decides")
+		}
+		if eg.GetCaptureMode() != networking.CaptureMode_DEFAULT {
+			note(p+".captureMode", "not supported yet; the node's interception mode applies")
+		}
+	}
+	if s.Spec.GetInboundConnectionPool() != nil {
+		note("spec.inboundConnectionPool", "not supported yet; dropped")
+	}
+	return out
 }

@@ -45,4 +45,25 @@ func TestConfigNotes(t *testing.T) {
 	if len(notes) != 1 || notes[0].Kind != ProxyGRPC || notes[0].Field != "spec.trafficPolicy.loadBalancer.simple" {
 		t.Errorf("DestinationRule notes %v, want one for gRPC on loadBalancer.simple", notes)
 	}
+
+	sc := &istioconfig.Sidecar{Spec: &networking.Sidecar{
+		Ingress: []*networking.IstioIngressListener{
+			{Port: &networking.SidecarPort{Number: 9080, Protocol: "HTTP"}, DefaultEndpoint: "127.0.0.1:8080"},
+			{Port: &networking.SidecarPort{Number: 9443, Protocol: "HTTPS"}, CaptureMode: networking.CaptureMode_NONE,
+				Tls: &networking.ServerTLSSettings{Mode: networking.ServerTLSSettings_SIMPLE}},
+		},
+		Egress: []*networking.IstioEgressListener{{Hosts: []string{"./*"}, Bind: "127.0.0.2"}},
+	}}
+	got = nil
+	for _, n := range ConfigNotes(sc, "") {
+		got = append(got, n.Kind.String()+" "+n.Field)
+	}
+	want = []string{
+		ProxyEnvoy.String() + " spec.ingress[1].captureMode",
+		ProxyEnvoy.String() + " spec.ingress[1].tls",
+		ProxyEnvoy.String() + " spec.egress[0].bind",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Sidecar notes\n  got  %q\n  want %q", got, want)
+	}
 }

@@ -137,11 +137,75 @@ func ScopedServices(services []*model.MergedService, sc Sidecar) []*model.Merged
 
 // InboundPort is one port a sidecar's workload serves.
 type InboundPort struct {
-	// Port is the container (target) port the app listens on, on
-	// 127.0.0.1.
+	// Port is the port connections arrive on: the container (target)
+	// port the app listens on, or a Sidecar ingress listener's port.
 	Port uint32
-	// Protocol is that of the service port that targets it.
+	// Protocol is that of the service port that targets it, or of the
+	// ingress listener.
 	Protocol model.Protocol
+	// Forward is where the sidecar sends what arrives on Port; the zero
+	// value is the app on 127.0.0.1:Port. An ingress listener's
+	// defaultEndpoint sets it (SidecarIngress).
+	Forward netip.AddrPort
+	// Socket is the path of the Unix domain socket the sidecar sends to
+	// instead (defaultEndpoint unix:///path).
+	Socket string
+	// Bind is the address the port's listener binds without interception
+	// (NONE); the zero value is the pod IP (an ingress listener's bind).
+	Bind netip.Addr
+}
+
+// SidecarIngress returns the ports the pod at ip serves by the ingress
+// listeners of its Sidecar scope, sorted by port, and whether the scope
+// has any: as in Istio, they replace the ports its Services give
+// (SidecarInbound). Each forwards to its defaultEndpoint: 127.0.0.1:PORT
+// or [::1]:PORT to the app on localhost, 0.0.0.0:PORT or [::]:PORT to
+// the pod's own IP, unix:///path to a Unix domain socket, and when unset
+// to 127.0.0.1 on the listener's port (where Istio passes the original
+// destination through, which is the same app). The scope is valid
+// (validate.Sidecar), so every field parses. It is pure.
+func SidecarIngress(scope *istioconfig.Sidecar, ip netip.Addr) ([]InboundPort, bool) {
+	if scope == nil || len(scope.Spec.GetIngress()) == 0 {
+		return nil, false
+	}
+	var out []InboundPort
+	for _, in := range scope.Spec.GetIngress() {
+		n := in.GetPort().GetNumber()
+		if !validPort(n) || slices.ContainsFunc(out, func(p InboundPort) bool { return p.Port == n }) {
+			continue
+		}
+		p := InboundPort{Port: n, Protocol: istioconfig.PortProtocol(in.GetPort().GetProtocol())}
+		p.Bind, _ = netip.ParseAddr(in.GetBind())
+		p.Forward, p.Socket = ingressForward(in.GetDefaultEndpoint(), ip)
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b InboundPort) int { return int(a.Port) - int(b.Port) })
+	return out, true
+}
+
+// ingressForward parses a defaultEndpoint (see SidecarIngress): the
+// address to forward to, or a socket path; both zero for the default.
+func ingressForward(ep string, ip netip.Addr) (netip.AddrPort, string) {
+	if path, ok := strings.CutPrefix(ep, "unix://"); ok {
+		return netip.AddrPort{}, path
+	}
+	ap, err := netip.ParseAddrPort(ep)
+	if err != nil {
+		return netip.AddrPort{}, ""
+	}
+	if ap.Addr().IsUnspecified() {
+		// The pod's own address, of the family asked for; localhost of
+		// that family when the pod has none.
+		to := ip.Unmap()
+		if !to.IsValid() || to.Is4() != ap.Addr().Is4() {
+			to = netip.IPv6Loopback()
+			if ap.Addr().Is4() {
+				to = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+			}
+		}
+		return netip.AddrPortFrom(to, ap.Port()), ""
+	}
+	return ap, ""
 }
 
 // mode returns the interception mode, REDIRECT for empty or unknown ones.

@@ -211,7 +211,8 @@ func blackHoleCluster() *clusterv3.Cluster {
 }
 
 // inboundCluster reaches the app on 127.0.0.1:<port> (Istio's localhost
-// inbound; in NONE mode the pod IP is Envoy's own inbound listener).
+// inbound; in NONE mode the pod IP is Envoy's own inbound listener), or
+// where a Sidecar ingress listener forwards (inboundAddress).
 func inboundCluster(p InboundPort) *clusterv3.Cluster {
 	name := InboundClusterName(p.Port)
 	c := &clusterv3.Cluster{
@@ -227,7 +228,7 @@ func inboundCluster(p InboundPort) *clusterv3.Cluster {
 			Endpoints: []*endpointv3.LocalityLbEndpoints{{
 				LbEndpoints: []*endpointv3.LbEndpoint{{
 					HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-						Address: socketAddress(localhost, p.Port),
+						Address: inboundAddress(p),
 					}},
 				}},
 			}},
@@ -237,6 +238,18 @@ func inboundCluster(p InboundPort) *clusterv3.Cluster {
 		c.TypedExtensionProtocolOptions = http2Options()
 	}
 	return c
+}
+
+// inboundAddress is where the inbound cluster of p sends: its socket, its
+// forward address, or the app on 127.0.0.1 on p's port.
+func inboundAddress(p InboundPort) *corev3.Address {
+	switch {
+	case p.Socket != "":
+		return &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: p.Socket}}}
+	case p.Forward.IsValid():
+		return socketAddress(p.Forward.Addr().String(), uint32(p.Forward.Port()))
+	}
+	return socketAddress(localhost, p.Port)
 }
 
 // socketAddress is the TCP address ip:port.

@@ -198,9 +198,13 @@ func inboundListeners(sc Sidecar, opts Options) []*listenerv3.Listener {
 	if !sc.IP.IsValid() {
 		return nil
 	}
-	ip := sc.IP.Unmap().WithZone("").String()
 	out := make([]*listenerv3.Listener, 0, len(ports))
 	for _, p := range ports {
+		bind := sc.IP
+		if p.Bind.IsValid() {
+			bind = p.Bind
+		}
+		ip := bind.Unmap().WithZone("").String()
 		name := SidecarListenerName(ip, p.Port)
 		l := &listenerv3.Listener{
 			Name:             name,
