@@ -88,7 +88,7 @@ func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
 				opts := xdsgen.Options{Security: security}
 				listeners := xdsgen.SidecarListeners(svcs, sc, opts)
 				clusters := xdsgen.SidecarClusters(svcs, nil, sc, opts)
-				routes := xdsgen.SidecarRoutes(svcs, nil, opts)
+				routes := xdsgen.SidecarSetRoutes(svcs, nil, sc.RouteSet(), opts)
 				name := fmt.Sprintf("%s/security=%t/policy=%t", mode, security, policy)
 				t.Run(name+"/served", func(t *testing.T) {
 					runEnvoyValidate(t, bin, servedBootstrap(listeners, clusters))
@@ -107,10 +107,9 @@ func TestEnvoyAcceptsSidecarConfig(t *testing.T) {
 // plaintext chains) but DISABLE on 8081 and STRICT on 9001, AUDIT, DENY
 // and ALLOW authorization on its HTTP and TCP chains, and a Sidecar with
 // ingress listeners of every kind of defaultEndpoint, and REGISTRY_ONLY
-// and an egress that names both namespaces of the fixture (the
-// shared routes are not scoped: a route to a service out of scope would
-// name a cluster the sidecar lacks, which the static check refuses and
-// RDS, not validating clusters, would answer with 503).
+// and an egress that names both namespaces of the fixture (its route
+// set's routes are scoped alike, so every route names a cluster the
+// sidecar holds, which the static check verifies).
 func mixedPolicy(services []*model.MergedService) ([]*model.MergedService, istioconfig.WorkloadSecurity, *istioconfig.Sidecar) {
 	injected := model.NewLabels(map[string]string{"app": "echo", xdsgen.TLSModeLabel: xdsgen.TLSModeIstio})
 	var meshed []*model.MergedService

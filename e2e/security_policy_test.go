@@ -250,6 +250,15 @@ func TestSidecarEgressScope(t *testing.T) {
 		}
 		t.Cleanup(w.Stop)
 	}
+	// One more of namespace elsewhere on echo's port, so that the route
+	// configuration of that port names a service out of scope.
+	shared, err := r1.DeployWorkload(ctx, framework.WorkloadOptions{
+		Namespace: "elsewhere", Service: "shared", ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(shared.Stop)
 	clientPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "client"})
 	client := framework.StartTestSidecar(t, f, framework.SidecarOptions{
 		Cluster: r1, Pod: clientPod, Hub: hub, Name: "client-0", Namespace: "demo", ServiceAccount: "client",
@@ -288,8 +297,8 @@ func TestSidecarEgressScope(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if elsewhere != others {
-			return fmt.Errorf("client holds %d outbound clusters of namespace elsewhere, want %d", elsewhere, others)
+		if elsewhere != others+1 {
+			return fmt.Errorf("client holds %d outbound clusters of namespace elsewhere, want %d", elsewhere, others+1)
 		}
 		fullClusters, fullListeners = all, l
 		return reachesEcho()
@@ -304,6 +313,16 @@ spec:
   egress:
   - hosts: ["./*"]
 `)
+	// sharedStatus is what the client's Envoy answers for the service out
+	// of scope on echo's port: a route to its cluster, which has no app
+	// behind it (503), or, scoped, no route at all (404).
+	sharedStatus := func() (int, error) {
+		a, err := newViaEnvoy(t, clientPod, "shared.elsewhere.svc.cluster.local").get(ctx, "/")
+		return a.Status, err
+	}
+	if st, err := sharedStatus(); err != nil || st == http.StatusNotFound {
+		t.Errorf("unscoped, the service on echo's port: status %d (%v), want a route to it", st, err)
+	}
 	var scopedClusters, scopedListeners int
 	testutil.Eventually(t, converge, poll, func() error {
 		all, elsewhere, l, err := outbound()
@@ -315,6 +334,9 @@ spec:
 				all, elsewhere, l, demoClusters, fullListeners-others)
 		}
 		scopedClusters, scopedListeners = all, l
+		if st, err := sharedStatus(); err != nil || st != http.StatusNotFound {
+			return fmt.Errorf("scoped, the service out of scope on echo's port: status %d (%v), want 404", st, err)
+		}
 		return reachesEcho()
 	})
 	t.Logf("client without a Sidecar: %d outbound clusters, %d listeners; scoped to its namespace: %d, %d",

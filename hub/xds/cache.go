@@ -57,10 +57,10 @@ type groupCache struct {
 	// ID their own listeners and clusters (see sidecar).
 	envoyRoutes *written
 	sidecars    map[string]*sidecar
-	// classes counts the held sidecars of each route class but the
-	// default: envoyRoutes holds the routes of exactly these classes
-	// besides the default's.
-	classes map[istioconfig.RouteClass]int
+	// routeSets counts the held sidecars of each route set but the
+	// default (a route class under a Sidecar scope): envoyRoutes holds
+	// the routes of exactly these sets besides the default's.
+	routeSets map[xdsgen.RouteSet]int
 	// shapes holds every service's shape as last planned, kept whether or
 	// not a sidecar is held, so that a push can tell whether sidecars'
 	// outbound side changed at all.
@@ -98,7 +98,7 @@ func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, 
 		members:     map[xdsgen.ProxyGroup]int{},
 		envoyRoutes: newWritten(l, resourcev3.RouteType, nil),
 		sidecars:    map[string]*sidecar{},
-		classes:     map[istioconfig.RouteClass]int{},
+		routeSets:   map[xdsgen.RouteSet]int{},
 		shapes:      map[model.Hostname]shape{},
 		secrets:     l.newCache(resourcev3.SecretType, nil),
 	}
@@ -258,7 +258,7 @@ func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) reshape {
 // sidecars whose pods started or stopped serving a port, or whose policy,
 // Sidecar scope or route class changed, are regenerated; a VirtualService
 // change regenerates the shared routes (and the listeners of the sidecars
-// whose route class it changes, which name their class's routes); otherwise
+// whose route set it changes, which name their set's routes); otherwise
 // every sidecar's listeners and clusters are, from all services, and the
 // shared routes. The load assignments of the EDS clusters written anew
 // follow them.
@@ -274,7 +274,7 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 		st sidecarState
 	}
 	var replans []replan
-	classesChanged := false
+	setsChanged := false
 	for _, sc := range c.sidecars {
 		if sc.err != nil {
 			continue
@@ -283,13 +283,13 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 		if !r.sidecars && sc.same(st) {
 			continue
 		}
-		classesChanged = c.moveClassLocked(sc.proxy.Routes, st.class) || classesChanged
+		setsChanged = c.moveRouteSetLocked(sc.proxy.RouteSet(), st.routeSet()) || setsChanged
 		replans = append(replans, replan{sc, st})
 	}
 	var out []write
-	// The routes first: a sidecar moved to a new class finds them.
-	if r.routes || classesChanged {
-		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, cfg, c.classes, c.opts)); ok {
+	// The routes first: a sidecar moved to a new set finds them.
+	if r.routes || setsChanged {
+		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, cfg, c.routeSets, c.opts)); ok {
 			out = append(out, w)
 		}
 	}
@@ -428,7 +428,7 @@ func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node) {
 	}
 	services := c.meshServicesLocked()
 	sc := newSidecar(c.ledger, node, services, c.planner.Config(), c.opts)
-	if c.moveClassLocked(istioconfig.RouteClass{}, sc.proxy.Routes) || len(c.sidecars) == 0 {
+	if c.moveRouteSetLocked(xdsgen.RouteSet{}, sc.proxy.RouteSet()) || len(c.sidecars) == 0 {
 		c.writeRoutesLocked(services)
 	}
 	sc.members = 1
@@ -436,34 +436,34 @@ func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node) {
 	c.metrics.sidecars.Set(float64(len(c.sidecars)))
 }
 
-// moveClassLocked counts one held sidecar as of route class to rather
-// than from, and reports whether that changed the set of classes whose
-// routes envoyRoutes holds.
-func (c *groupCache) moveClassLocked(from, to istioconfig.RouteClass) bool {
+// moveRouteSetLocked counts one held sidecar as of route set to rather
+// than from, and reports whether that changed the sets whose routes
+// envoyRoutes holds.
+func (c *groupCache) moveRouteSetLocked(from, to xdsgen.RouteSet) bool {
 	if from == to {
 		return false
 	}
 	changed := false
 	if !from.IsDefault() {
-		if c.classes[from]--; c.classes[from] == 0 {
-			delete(c.classes, from)
+		if c.routeSets[from]--; c.routeSets[from] == 0 {
+			delete(c.routeSets, from)
 			changed = true
 		}
 	}
 	if !to.IsDefault() {
-		changed = changed || c.classes[to] == 0
-		c.classes[to]++
+		changed = changed || c.routeSets[to] == 0
+		c.routeSets[to]++
 	}
-	c.metrics.routeClasses.Set(float64(len(c.classes)))
+	c.metrics.routeSets.Set(float64(len(c.routeSets)))
 	return changed
 }
 
 // writeRoutesLocked brings the shared Envoy routes up to date outside a
 // push: for the first sidecar of all (no push maintains them while there
 // is none) and when a sidecar arrives with, or the last leaves with, a
-// route class of its own.
+// route set of its own.
 func (c *groupCache) writeRoutesLocked(services []*model.MergedService) {
-	if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.classes, c.opts)); ok {
+	if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.routeSets, c.opts)); ok {
 		// Updating only fails for a nil resource.
 		_ = w.cache.UpdateResources(w.Upsert, w.Delete)
 	}
@@ -489,7 +489,7 @@ func (c *groupCache) detachLocked(k streamKey) {
 			delete(c.sidecars, a.sidecar)
 			sc.release(c.ledger)
 			c.metrics.sidecars.Set(float64(len(c.sidecars)))
-			if c.moveClassLocked(sc.proxy.Routes, istioconfig.RouteClass{}) && len(c.sidecars) > 0 {
+			if c.moveRouteSetLocked(sc.proxy.RouteSet(), xdsgen.RouteSet{}) && len(c.sidecars) > 0 {
 				c.writeRoutesLocked(c.meshServicesLocked())
 			}
 		}

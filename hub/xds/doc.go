@@ -40,10 +40,10 @@
 // Envoy sidecars (a node whose user_agent_name is "envoy" and whose
 // metadata does not say GENERATOR=grpc) get Istio-shaped resources from
 // xdsgen's sidecar generator. Their routes (named by port) are shared by
-// every sidecar of a route class (the VirtualService matches on clients
-// the pod satisfies; most sidecars are of the default class, and each
-// other class's routes are named by port and class and held while a
-// sidecar of it is); their listeners and clusters live in caches of their own
+// every sidecar of a route set (its route class, the VirtualService
+// matches on clients the pod satisfies, under its Sidecar scope's egress;
+// most sidecars are of the default set, and each other set's routes are
+// named by port and set and held while a sidecar of it is); their listeners and clusters live in caches of their own
 // node ID (see sidecar), because they carry the inbound side of the pod
 // (the ports it serves, found by the pod IP of the node ID among the
 // endpoints of its cluster), its policy, its Sidecar scope and, without

@@ -7,7 +7,7 @@ type metrics struct {
 	groups       prometheus.Gauge
 	groupsBuilt  prometheus.Counter
 	sidecars     prometheus.Gauge
-	routeClasses prometheus.Gauge
+	routeSets    prometheus.Gauge
 	pushes       *prometheus.CounterVec
 	nacks        *prometheus.CounterVec
 	pushDuration prometheus.Histogram
@@ -31,9 +31,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meshfed_xds_envoy_sidecars",
 			Help: "Envoy sidecars (node IDs) with an open stream, whose listeners and clusters this replica holds.",
 		}),
-		routeClasses: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "meshfed_xds_route_classes",
-			Help: "Route classes besides the default that held Envoy sidecars are of: sets of VirtualService matches on clients (sourceLabels, sourceNamespace) that they satisfy, each with route configurations of its own.",
+		routeSets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meshfed_xds_route_sets",
+			Help: "Route sets besides the default that held Envoy sidecars take, each with route configurations of its own: a route class (the VirtualService matches on clients, sourceLabels and sourceNamespace, that they satisfy) under a Sidecar scope's egress.",
 		}),
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_xds_pushes_total",
@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.routeClasses, m.pushes, m.nacks, m.pushDuration)
+		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.routeSets, m.pushes, m.nacks, m.pushDuration)
 	}
 	return m
 }

@@ -132,18 +132,18 @@ func sidecarResources(typeURL string, services []*model.MergedService, cfg *isti
 }
 
 // envoyRoutes generates the route configurations Envoy sidecars share,
-// under the Istio configuration cfg: those of the default route class
-// (named by port) and those of each of classes (named by port and class).
-func envoyRoutes(services []*model.MergedService, cfg *istioconfig.Snapshot, classes map[istioconfig.RouteClass]int, opts xdsgen.Options) []types.Resource {
+// under the Istio configuration cfg: those of the default route set
+// (named by port) and those of each of sets (named by port and set).
+func envoyRoutes(services []*model.MergedService, cfg *istioconfig.Snapshot, sets map[xdsgen.RouteSet]int, opts xdsgen.Options) []types.Resource {
 	var out []types.Resource
-	add := func(class istioconfig.RouteClass) {
-		for _, r := range xdsgen.SidecarClassRoutes(services, cfg, class, opts) {
+	add := func(set xdsgen.RouteSet) {
+		for _, r := range xdsgen.SidecarSetRoutes(services, cfg, set, opts) {
 			out = append(out, r)
 		}
 	}
-	add(istioconfig.RouteClass{})
-	for class := range classes {
-		add(class)
+	add(xdsgen.RouteSet{})
+	for set := range sets {
+		add(set)
 	}
 	return out
 }
@@ -206,6 +206,11 @@ func (s *sidecar) state(services []*model.MergedService, x pods, cfg *istioconfi
 	st.sec, st.scope, st.class = s.policy(x, cfg)
 	st.inbound = s.inbound(services, st.scope)
 	return st
+}
+
+// routeSet returns the route set of a sidecar in state st.
+func (st sidecarState) routeSet() xdsgen.RouteSet {
+	return xdsgen.Sidecar{Scope: st.scope, Routes: st.class}.RouteSet()
 }
 
 // same reports whether st is the state the sidecar's resources were last

@@ -164,7 +164,7 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	byNS := vsOn(&networking.HTTPMatchRequest{SourceNamespace: "demo"})
 	c.plan(nil, st.Service, byNS)
 	nsClass := byNS.RouteClass("demo", model.Labels{})
-	nsRoutes := xdsgen.SidecarClassRouteName(8080, nsClass)
+	nsRoutes := xdsgen.SidecarRouteSetName(8080, xdsgen.RouteSet{Class: nsClass})
 	if a.proxy.Routes != nsClass || nsClass.IsDefault() {
 		t.Fatalf("sidecar of class %v, want %v", a.proxy.Routes, nsClass)
 	}
@@ -174,8 +174,8 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	if got := rdsNames(t, a); !slices.Equal(got, []string{nsRoutes}) {
 		t.Errorf("listeners take routes %v, want %s", got, nsRoutes)
 	}
-	if got := testutil.ToFloat64(c.metrics.routeClasses); got != 1 {
-		t.Errorf("meshfed_xds_route_classes = %v, want 1", got)
+	if got := testutil.ToFloat64(c.metrics.routeSets); got != 1 {
+		t.Errorf("meshfed_xds_route_sets = %v, want 1", got)
 	}
 
 	// A node whose Pod the registry does not know is classed by its own
@@ -193,7 +193,7 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	// the default, and the namespace's class and its routes are gone.
 	byLabels := vsOn(&networking.HTTPMatchRequest{SourceLabels: map[string]string{"app": "client"}})
 	c.plan(nil, st.Service, byLabels)
-	labelRoutes := xdsgen.SidecarClassRouteName(8080, byLabels.RouteClass("demo", model.NewLabels(map[string]string{"app": "client"})))
+	labelRoutes := xdsgen.SidecarRouteSetName(8080, xdsgen.RouteSet{Class: byLabels.RouteClass("demo", model.NewLabels(map[string]string{"app": "client"}))})
 	if got := rdsNames(t, a); !slices.Equal(got, []string{"8080"}) {
 		t.Errorf("unlabelled sidecar's listeners take routes %v, want 8080", got)
 	}
@@ -211,8 +211,8 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	}
 
 	c.detach(streamKey{false, 2})
-	if got := routes(); !slices.Equal(got, []string{"8080"}) || len(c.classes) != 0 {
-		t.Errorf("with the class's last sidecar gone, routes %v and classes %v remain", got, c.classes)
+	if got := routes(); !slices.Equal(got, []string{"8080"}) || len(c.routeSets) != 0 {
+		t.Errorf("with the class's last sidecar gone, routes %v and route sets %v remain", got, c.routeSets)
 	}
 }
 

@@ -1,6 +1,8 @@
 package xdsgen
 
 import (
+	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -92,9 +94,10 @@ type Sidecar struct {
 	// instead of PassthroughCluster.
 	Scope *istioconfig.Sidecar
 	// Routes is the pod's RouteClass (istioconfig.Snapshot.RouteClass):
-	// its outbound HTTP listeners take the routes of that class
-	// (SidecarClassRouteName), which hold the VirtualService matches on
-	// clients that the pod satisfies. The zero value is the default class.
+	// its outbound HTTP listeners take the routes of its RouteSet (that
+	// class under its Scope, SidecarRouteSetName), which hold the
+	// VirtualService matches on clients that the pod satisfies. The zero
+	// value is the default class.
 	Routes istioconfig.RouteClass
 }
 
@@ -102,8 +105,8 @@ type Sidecar struct {
 // one without a Scope, else those some egress host of the Scope names (by
 // namespace and hostname), each with only the ports its egress listeners
 // name (an egress listener with a port names its hosts on that port
-// only; istioconfig.Sidecar.Sees). The shared routes are not scoped
-// (see SidecarRoutes). It is pure; a narrowed service is a copy.
+// only; istioconfig.Sidecar.Sees). The routes of its RouteSet are scoped
+// alike. It is pure; a narrowed service is a copy.
 func ScopedServices(services []*model.MergedService, sc Sidecar) []*model.MergedService {
 	if sc.Scope == nil {
 		return services
@@ -231,15 +234,65 @@ func (sc Sidecar) serves(port uint32) bool {
 // "<port>", as istiod names them. It is pure.
 func SidecarRouteName(port uint32) string { return strconv.FormatUint(uint64(port), 10) }
 
-// SidecarClassRouteName returns the RDS resource name of the outbound
-// routes of port for the Envoy sidecars of class: SidecarRouteName(port)
-// for the default class, else "<port>~<class name>", e.g.
-// "8080~9c3e55a1f0d2b7e4" (see istioconfig.RouteClass.Name).
-func SidecarClassRouteName(port uint32, class istioconfig.RouteClass) string {
-	if class.IsDefault() {
+// RouteSet says which outbound route configurations an Envoy sidecar
+// takes: those of its route class, holding the virtual hosts of the
+// services its Sidecar scope's egress sees. Sidecars of equal sets share
+// their routes. The zero value is the default set: no match on clients
+// holds, and every service is seen.
+type RouteSet struct {
+	// Class is the route class (istioconfig.Snapshot.RouteClass).
+	Class istioconfig.RouteClass
+	// Scope is the Sidecar whose egress hosts limit the virtual hosts; nil
+	// when none does (no Sidecar, or one without egress listeners).
+	Scope *istioconfig.Sidecar
+}
+
+// RouteSet returns the sidecar's: its Routes class and its Scope when
+// that has egress listeners.
+func (sc Sidecar) RouteSet() RouteSet {
+	set := RouteSet{Class: sc.Routes}
+	if sc.Scope != nil && len(sc.Scope.Spec.GetEgress()) > 0 {
+		set.Scope = sc.Scope
+	}
+	return set
+}
+
+// IsDefault reports whether s is the default set.
+func (s RouteSet) IsDefault() bool { return s.Class.IsDefault() && s.Scope == nil }
+
+// Name returns a short name of s for resource names, 16 hex digits of a
+// hash of its class and its scope's key and generation; "" for the
+// default set.
+func (s RouteSet) Name() string {
+	if s.IsDefault() {
+		return ""
+	}
+	h := fnv.New64a()
+	h.Write([]byte(s.Class.Name()))
+	if s.Scope != nil {
+		fmt.Fprintf(h, "|%s@%d", s.Scope.Key, s.Scope.Generation)
+	}
+	return strconv.FormatUint(h.Sum64()|1<<63, 16)
+}
+
+// String describes s for logs and debug documents.
+func (s RouteSet) String() string {
+	out := "class " + s.Class.String()
+	if s.Scope != nil {
+		out += ", scope " + s.Scope.Key.String()
+	}
+	return out
+}
+
+// SidecarRouteSetName returns the RDS resource name of the outbound routes
+// of port for the Envoy sidecars of set: SidecarRouteName(port) for the
+// default set, else "<port>~<set name>", e.g. "8080~9c3e55a1f0d2b7e4".
+// It is pure.
+func SidecarRouteSetName(port uint32, set RouteSet) string {
+	if set.IsDefault() {
 		return SidecarRouteName(port)
 	}
-	return SidecarRouteName(port) + "~" + class.Name()
+	return SidecarRouteName(port) + "~" + set.Name()
 }
 
 // InboundClusterName returns the name of the cluster that reaches the local

@@ -47,8 +47,8 @@ const (
 // Outbound, one listener per service port number of the services the
 // sidecar sees (ScopedServices; reserved ports excepted): a port with an
 // HTTP-family service gets an
-// HttpConnectionManager that fetches route SidecarClassRouteName(port,
-// sc.Routes) over ADS and routes by authority, with the fault and CORS filters (inert unless
+// HttpConnectionManager that fetches route SidecarRouteSetName(port,
+// sc.RouteSet()) over ADS and routes by authority, with the fault and CORS filters (inert unless
 // a VirtualService route configures them) before the router; a port with only TCP services gets a TCP proxy
 // to the first of them in hostname order (see outboundPort.tcpTarget). In
 // REDIRECT and TPROXY mode the listeners are "0.0.0.0_<port>", not bound
@@ -118,7 +118,7 @@ func outboundListener(p outboundPort, sc Sidecar) *listenerv3.Listener {
 		hcm.HttpFilters = append([]*hcmv3.HttpFilter{faultFilter(), corsFilter()}, hcm.HttpFilters...)
 		hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			ConfigSource:    adsWaitingConfigSource(),
-			RouteConfigName: SidecarClassRouteName(p.port, sc.Routes),
+			RouteConfigName: SidecarRouteSetName(p.port, sc.RouteSet()),
 		}}
 		filter = networkFilter(filterHCM, hcm)
 	} else {

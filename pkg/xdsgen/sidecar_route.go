@@ -28,8 +28,8 @@ import (
 // DestinationRule hashes, which would break the affinity). A nil config
 // has no objects.
 //
-// The routes are the same for every sidecar, so the short forms cannot
-// depend on the client's namespace as Kubernetes DNS does: a domain that
+// The routes are the same for every sidecar of a RouteSet, whatever its
+// namespace, so the short forms cannot depend on the client's namespace as Kubernetes DNS does: a domain that
 // several services claim (echo.a and echo.b both claim "echo") is left out
 // of all of them, because Envoy rejects a route configuration whose virtual
 // hosts share a domain, and which service was meant is unknowable. A host
@@ -37,29 +37,31 @@ import (
 // passthrough host). opts is accepted for symmetry with the other
 // generators; the routes do not depend on it. It is pure.
 //
-// These are the routes of the default RouteClass: no VirtualService match
-// that names its clients (sourceLabels, sourceNamespace) is part of them.
-// SidecarClassRoutes gives those of the sidecars that satisfy some.
+// These are the routes of the default RouteSet: no VirtualService match
+// that names its clients (sourceLabels, sourceNamespace) is part of them,
+// and every service is. SidecarSetRoutes gives those of other sets.
 func SidecarRoutes(services []*model.MergedService, config *istioconfig.Snapshot, opts Options) []*routev3.RouteConfiguration {
-	return SidecarClassRoutes(services, config, istioconfig.RouteClass{}, opts)
+	return SidecarSetRoutes(services, config, RouteSet{}, opts)
 }
 
-// SidecarClassRoutes returns the outbound HTTP route configurations of the
-// Envoy sidecars of class: SidecarRoutes' (which it is for the default
-// class) with the VirtualService matches on clients that class satisfies,
-// named SidecarClassRouteName(port, class). It is pure.
-func SidecarClassRoutes(services []*model.MergedService, config *istioconfig.Snapshot, class istioconfig.RouteClass, _ Options) []*routev3.RouteConfiguration {
+// SidecarSetRoutes returns the outbound HTTP route configurations of the
+// Envoy sidecars of set: SidecarRoutes' (which it is for the default set)
+// with the VirtualService matches on clients that set's class satisfies,
+// and only the virtual hosts of the services (and ports) its scope sees
+// (ScopedServices), so that a request for another host gets Envoy's 404.
+// They are named SidecarRouteSetName(port, set). It is pure.
+func SidecarSetRoutes(services []*model.MergedService, config *istioconfig.Snapshot, set RouteSet, _ Options) []*routev3.RouteConfiguration {
 	var out []*routev3.RouteConfiguration
-	for _, p := range outboundPorts(services) {
+	for _, p := range outboundPorts(ScopedServices(services, Sidecar{Scope: set.Scope})) {
 		if p.isHTTP() {
-			out = append(out, sidecarRoute(p, config, class))
+			out = append(out, sidecarRoute(p, config, set))
 		}
 	}
 	sortByName(out)
 	return out
 }
 
-func sidecarRoute(p outboundPort, config *istioconfig.Snapshot, class istioconfig.RouteClass) *routev3.RouteConfiguration {
+func sidecarRoute(p outboundPort, config *istioconfig.Snapshot, set RouteSet) *routev3.RouteConfiguration {
 	claims := map[string]int{}
 	for _, ref := range p.http {
 		for _, d := range domains(ref.svc, p.port) {
@@ -67,7 +69,7 @@ func sidecarRoute(p outboundPort, config *istioconfig.Snapshot, class istioconfi
 		}
 	}
 	rc := &routev3.RouteConfiguration{
-		Name: SidecarClassRouteName(p.port, class),
+		Name: SidecarRouteSetName(p.port, set),
 		// The clusters arrive on CDS independently; do not reject a route
 		// that names one not yet known (istiod's setting too).
 		ValidateClusters: wrapperspb.Bool(false),
@@ -82,7 +84,7 @@ func sidecarRoute(p outboundPort, config *istioconfig.Snapshot, class istioconfi
 		rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
 			Name:    ListenerName(ref.svc.Hostname, p.port),
 			Domains: ds,
-			Routes:  sidecarServiceRoutes(ref.svc.Hostname, p.port, config, class),
+			Routes:  sidecarServiceRoutes(ref.svc.Hostname, p.port, config, set.Class),
 		})
 	}
 	return rc

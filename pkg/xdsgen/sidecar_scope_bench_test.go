@@ -29,8 +29,8 @@ func scopeBenchServices() []*model.MergedService {
 }
 
 // BenchmarkSidecarScope: what one Envoy sidecar of namespace ns-00 holds
-// (its listeners and clusters, counted and marshalled) and what building
-// them costs, without a Sidecar and with the usual namespace scope
+// (its listeners, clusters and routes, counted and marshalled) and what
+// building them costs, without a Sidecar and with the usual namespace scope
 // egress ["./*", "istio-system/*"]: resources/proxy and bytes/proxy side
 // by side.
 func BenchmarkSidecarScope(b *testing.B) {
@@ -44,7 +44,7 @@ func BenchmarkSidecarScope(b *testing.B) {
 			if c.scope {
 				sc.Scope = scope("ns-00", false, "./*", "istio-system/*")
 			}
-			var resources, bytes int
+			var resources, bytes, routeBytes int
 			b.ReportAllocs()
 			for b.Loop() {
 				resources, bytes = 0, 0
@@ -56,9 +56,18 @@ func BenchmarkSidecarScope(b *testing.B) {
 					resources++
 					bytes += proto.Size(cl)
 				}
+				// The routes its listeners take: those of its route set,
+				// shared with the sidecars of the same set.
+				routeBytes = 0
+				for _, rc := range SidecarSetRoutes(services, nil, sc.RouteSet(), Options{}) {
+					resources++
+					routeBytes += proto.Size(rc)
+				}
+				bytes += routeBytes
 			}
 			b.ReportMetric(float64(resources), "resources/proxy")
 			b.ReportMetric(float64(bytes), "bytes/proxy")
+			b.ReportMetric(float64(routeBytes), "route-bytes/proxy")
 		})
 	}
 }

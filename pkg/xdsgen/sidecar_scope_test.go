@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
@@ -117,5 +118,65 @@ func TestSidecarScopeEgressPort(t *testing.T) {
 	got := ScopedServices(services, sc)
 	if len(got) != 2 || got[0] != services[0] || len(got[1].Service.Ports) != 1 {
 		t.Errorf("with a portless listener for tcp-echo: %v, want echo narrowed and tcp-echo whole", got)
+	}
+}
+
+// TestSidecarScopedRoutes: a scoped sidecar's listeners take the routes of
+// its route set, which hold the virtual hosts of the services its scope
+// sees only (a host out of scope gets Envoy's 404, not a route to a
+// cluster it lacks); a Sidecar without egress listeners scopes nothing
+// and keeps the default routes.
+func TestSidecarScopedRoutes(t *testing.T) {
+	// other.elsewhere shares port 8080 with echo.demo.
+	services := append(sidecarServices(), svcOn("other", "elsewhere", 8080, model.ProtocolHTTP))
+	vhosts := func(set RouteSet, port uint32) (string, []string) {
+		for _, rc := range SidecarSetRoutes(services, nil, set, Options{}) {
+			if strings.HasPrefix(rc.GetName(), SidecarRouteName(port)) {
+				var out []string
+				for _, vh := range rc.GetVirtualHosts() {
+					out = append(out, vh.GetName())
+				}
+				return rc.GetName(), out
+			}
+		}
+		return "", nil
+	}
+	sc := sidecarOf(InterceptNone)
+	sc.Scope = scope("demo", false, "./*")
+	set := sc.RouteSet()
+	if set.IsDefault() || set.Scope != sc.Scope {
+		t.Fatalf("scoped sidecar's route set %v", set)
+	}
+	name, got := vhosts(set, 8080)
+	if want := SidecarRouteSetName(8080, set); name != want || !strings.HasPrefix(name, "8080~") {
+		t.Errorf("scoped routes named %q, want %q", name, want)
+	}
+	if want := []string{"echo.demo.svc.cluster.local:8080"}; !slices.Equal(got, want) {
+		t.Errorf("scoped virtual hosts %v, want %v", got, want)
+	}
+	if _, all := vhosts(RouteSet{}, 8080); len(all) != 2 {
+		t.Errorf("default virtual hosts %v, want both services of port 8080", all)
+	}
+	for _, l := range SidecarListeners(services, sc, Options{}) {
+		for _, fc := range l.GetFilterChains() {
+			h := &hcmv3.HttpConnectionManager{}
+			if len(fc.GetFilters()) == 1 && fc.GetFilters()[0].GetTypedConfig().UnmarshalTo(h) == nil && h.GetRds() != nil &&
+				!strings.HasSuffix(h.GetRds().GetRouteConfigName(), "~"+set.Name()) {
+				t.Errorf("listener %s takes routes %q, not its set's", l.GetName(), h.GetRds().GetRouteConfigName())
+			}
+		}
+	}
+
+	ingressOnly := sidecarOf(InterceptNone)
+	ingressOnly.Scope = &istioconfig.Sidecar{Spec: &networking.Sidecar{Ingress: []*networking.IstioIngressListener{
+		{Port: &networking.SidecarPort{Number: 9080, Protocol: "HTTP"}}}}}
+	if !ingressOnly.RouteSet().IsDefault() {
+		t.Errorf("a Sidecar without egress listeners gives route set %v, want the default", ingressOnly.RouteSet())
+	}
+	// The name follows the scope's identity and generation.
+	next := *sc.Scope
+	next.Generation++
+	if a, b := set.Name(), (RouteSet{Scope: &next}).Name(); a == b || len(a) != 16 {
+		t.Errorf("route set names %q and %q, want distinct 16-digit names", a, b)
 	}
 }

@@ -321,7 +321,7 @@ func TestSidecarClassRoutes(t *testing.T) {
 	services := []*model.MergedService{{Service: echoService()}}
 	// The names of the routes of the echo virtual host on port 9090.
 	routeNames := func(class istioconfig.RouteClass) (rc string, names []string) {
-		for _, r := range SidecarClassRoutes(services, config, class, Options{}) {
+		for _, r := range SidecarSetRoutes(services, config, RouteSet{Class: class}, Options{}) {
 			if !strings.HasPrefix(r.GetName(), "9090") {
 				continue
 			}
@@ -351,7 +351,7 @@ func TestSidecarClassRoutes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			class := config.RouteClass(c.ns, model.NewLabels(c.labels))
 			name, got := routeNames(class)
-			if wantName := SidecarClassRouteName(9090, class); name != wantName || strings.Contains(name, "~") != c.wantName {
+			if wantName := SidecarRouteSetName(9090, RouteSet{Class: class}); name != wantName || strings.Contains(name, "~") != c.wantName {
 				t.Errorf("route configuration %q (class %v), want %q", name, class, wantName)
 			}
 			if !slices.Equal(got, c.wantRoute) {
@@ -372,7 +372,7 @@ func TestSidecarClassRoutes(t *testing.T) {
 			if err := l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(hcm); err != nil {
 				t.Fatal(err)
 			}
-			if got, want := hcm.GetRds().GetRouteConfigName(), SidecarClassRouteName(9090, class); got != want {
+			if got, want := hcm.GetRds().GetRouteConfigName(), SidecarRouteSetName(9090, RouteSet{Class: class}); got != want {
 				t.Errorf("listener takes routes %q, want %q", got, want)
 			}
 		}
