@@ -194,13 +194,14 @@ func Run(ctx context.Context, opts Options) error {
 	bundle := replication.NewTrust(self, opts.Clock, log.WithName("trust"), reg)
 	st := store.New(store.Options{Self: self, Clock: opts.Clock})
 	status := remotes.NewStatus(opts.Clock, reg)
+	provider := remotes.NewProvider(remotes.ProviderOptions{
+		Remover: st, Status: status, Ownership: own, Log: log.WithName("remotes"),
+	})
 	watcher := remotes.NewWatcher(remotes.WatcherOptions{
 		Sink: st, Status: status, DomainSuffix: opts.DomainSuffix,
 		DiscoverySelector: selector, SyncTimeout: opts.ClusterSyncTimeout,
-		Clock: opts.Clock, Log: log.WithName("watcher"),
-	})
-	provider := remotes.NewProvider(remotes.ProviderOptions{
-		Remover: st, Status: status, Ownership: own, Log: log.WithName("remotes"),
+		Reconnect: provider.Reconnect,
+		Clock:     opts.Clock, Log: log.WithName("watcher"),
 	})
 	mgr, err := mcmanager.New(cfg, provider, manager.Options{
 		Scheme:                 scheme,

@@ -88,6 +88,25 @@ type Provider struct {
 
 	synced atomic.Bool
 	wg     sync.WaitGroup // running clusters
+
+	// queue is the reconcile loop's, set while Start runs (Reconnect).
+	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[types.NamespacedName]]
+}
+
+// reconnectNamespace marks a queue key that asks for a cluster to be
+// reconnected (its Name is the cluster ID): it can never be a Secret's
+// namespace.
+const reconnectNamespace = "\x00reconnect"
+
+// Reconnect asks for cluster id's client and watches to be built anew, as
+// for new credentials, if this replica runs it: the new watcher lists
+// everything at once, and the old state serves until it publishes. It
+// does not block and is safe for concurrent use; requests for one cluster
+// coalesce.
+func (p *Provider) Reconnect(id model.ClusterID) {
+	if q := p.queue.Load(); q != nil {
+		(*q).Add(types.NamespacedName{Namespace: reconnectNamespace, Name: string(id)})
+	}
 }
 
 var (
@@ -175,6 +194,8 @@ func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 	}
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName]())
 	defer queue.ShutDown()
+	p.queue.Store(&queue)
+	defer p.queue.Store(nil)
 	inf, err := p.local.GetCache().GetInformer(ctx, &corev1.Secret{})
 	if err != nil {
 		return fmt.Errorf("remotes: watching remote secrets: %w", err)
@@ -223,6 +244,11 @@ func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 		}
 		if key == ownershipKey {
 			p.rebalance(ctx, aware)
+			queue.Done(key)
+			continue
+		}
+		if key.Namespace == reconnectNamespace {
+			p.reconnect(ctx, model.ClusterID(key.Name), aware)
 			queue.Done(key)
 			continue
 		}
@@ -349,7 +375,7 @@ func (p *Provider) place(ctx context.Context, id model.ClusterID, aware multiclu
 		return
 	}
 	if p.owns(id) {
-		p.startCluster(ctx, c, p.owners[id], aware, log)
+		p.startCluster(ctx, c, p.owners[id], aware, log, false)
 		return
 	}
 	p.mu.Lock()
@@ -366,16 +392,28 @@ func (p *Provider) place(ctx context.Context, id model.ClusterID, aware multiclu
 	p.opts.Status.SetCredentialExpiry(id, c.TokenExpiry)
 }
 
-// startCluster starts (or, for new credentials, replaces) cluster c. The old
+// reconnect replaces running cluster id with one built anew from the same
+// definition.
+func (p *Provider) reconnect(ctx context.Context, id model.ClusterID, aware multicluster.Aware) {
+	c, ok := p.defined[id]
+	if !ok || !p.running(id) {
+		return
+	}
+	log := p.opts.Log.WithValues("secret", p.owners[id])
+	p.startCluster(ctx, c, p.owners[id], aware, log, true)
+}
+
+// startCluster starts (or, for new credentials or when force is set,
+// replaces) cluster c. The old
 // cluster is stopped only after the new one is engaged, and its state stays
 // in the store until the new watcher publishes: a token rotation is not seen
 // by any proxy.
-func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, secret string, aware multicluster.Aware, log logr.Logger) {
+func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, secret string, aware multicluster.Aware, log logr.Logger, force bool) {
 	p.mu.RLock()
 	old := p.clusters[c.ID]
 	indexes := slices.Clone(p.indexes)
 	p.mu.RUnlock()
-	if old != nil && bytes.Equal(old.kubeconfig, c.Kubeconfig) {
+	if old != nil && bytes.Equal(old.kubeconfig, c.Kubeconfig) && !force {
 		return
 	}
 	p.opts.Status.Set(c.ID, secret, StateSyncing, "")
@@ -409,10 +447,14 @@ func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, sec
 		log.Error(err, "engaging remote cluster", "cluster", c.ID)
 		p.opts.Status.Set(c.ID, secret, StateInvalid, err.Error())
 	}
-	if old != nil {
+	switch {
+	case old != nil && force:
+		old.cancel()
+		log.Info("remote cluster reconnected", "cluster", c.ID)
+	case old != nil:
 		old.cancel()
 		log.Info("remote cluster credentials replaced", "cluster", c.ID)
-	} else {
+	default:
 		log.Info("remote cluster added", "cluster", c.ID)
 	}
 }

@@ -74,12 +74,21 @@ func hubParts(t *testing.T, e *env) (*store.Store, *remotes.Status, context.Canc
 
 // hubPartsWith is hubParts with a discovery selector of namespaces.
 func hubPartsWith(t *testing.T, e *env, selector labels.Selector) (*store.Store, *remotes.Status, context.CancelFunc, <-chan error) {
+	return hubPartsOpts(t, e, prometheus.NewRegistry(), func(o *remotes.WatcherOptions) { o.DiscoverySelector = selector })
+}
+
+// hubPartsOpts is hubParts with the watcher's options changed by opt and
+// the metrics registered on reg. The watcher reconnects clusters through
+// the provider, as the hub's does.
+func hubPartsOpts(t *testing.T, e *env, reg *prometheus.Registry, opt func(*remotes.WatcherOptions)) (*store.Store, *remotes.Status, context.CancelFunc, <-chan error) {
 	t.Helper()
 	st := store.New(store.Options{Self: "test"})
-	status := remotes.NewStatus(clock.RealClock{}, prometheus.NewRegistry())
+	status := remotes.NewStatus(clock.RealClock{}, reg)
 	log := testr.NewWithOptions(t, testr.Options{Verbosity: 0})
-	w := remotes.NewWatcher(remotes.WatcherOptions{Sink: st, Status: status, Log: log, DiscoverySelector: selector})
 	p := remotes.NewProvider(remotes.ProviderOptions{Remover: st, Status: status, Log: log})
+	wopts := remotes.WatcherOptions{Sink: st, Status: status, Log: log, Reconnect: p.Reconnect}
+	opt(&wopts)
+	w := remotes.NewWatcher(wopts)
 	scheme := kruntime.NewScheme()
 	_ = corev1.AddToScheme(scheme)
 	mgr, err := mcmanager.New(e.cfg.Config, p, manager.Options{

@@ -85,6 +85,7 @@ type Status struct {
 	secretErrors map[string]string
 
 	errors     *prometheus.CounterVec
+	reconnects *prometheus.CounterVec
 	statesDesc *prometheus.Desc
 }
 
@@ -98,10 +99,14 @@ func NewStatus(clk clock.PassiveClock, reg prometheus.Registerer) *Status {
 			Name: "meshfed_remote_cluster_errors_total",
 			Help: "Errors met with remote clusters and remote secrets, by cluster (or secret) and reason.",
 		}, []string{"cluster", "reason"}),
+		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_remote_cluster_reconnects_total",
+			Help: "Remote clusters whose client and watches were built anew when their apiserver answered again after an outage, by cluster.",
+		}, []string{"cluster"}),
 		statesDesc: prometheus.NewDesc("meshfed_remote_clusters",
 			"Remote clusters known to this hub replica, by sync state.", []string{"state"}, nil),
 	}
-	reg.MustRegister(s.errors, s)
+	reg.MustRegister(s.errors, s.reconnects, s)
 	return s
 }
 
@@ -164,6 +169,12 @@ func (s *Status) Now() time.Time { return s.clock.Now() }
 // CountError counts an error of cluster (or secret) name for reason.
 func (s *Status) CountError(name, reason string) {
 	s.errors.WithLabelValues(name, reason).Inc()
+}
+
+// CountReconnect counts one reconnection of cluster id (see
+// WatcherOptions.Reconnect).
+func (s *Status) CountReconnect(id model.ClusterID) {
+	s.reconnects.WithLabelValues(string(id)).Inc()
 }
 
 // Delete forgets cluster id.

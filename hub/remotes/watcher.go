@@ -46,6 +46,14 @@ type WatcherOptions struct {
 	// ProbeInterval is how often a cluster's reachability is probed (one
 	// small list request). Default 5s, or SyncTimeout when that is shorter.
 	ProbeInterval time.Duration
+	// Reconnect, when set, is called when a cluster's apiserver answers a
+	// probe again after failing one: it builds the cluster's client and
+	// watches anew (Provider.Reconnect). client-go's informers back off
+	// up to 30 s between failed watches and do not learn that the
+	// apiserver is back, so without it changes made after the outage
+	// wait for the next attempt. The cluster shows syncing until the new
+	// watches have listed and published.
+	Reconnect func(model.ClusterID)
 	// Clock times the sync timeout, the probes and the retry delays of
 	// each cluster's work queue. Default the real clock.
 	Clock clock.WithTicker
@@ -238,6 +246,15 @@ func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-
 			lastErr = err
 			opts.Status.Set(cw.id, "", StateUnreachable, err.Error())
 			opts.Status.CountError(string(cw.id), ReasonUnreachable)
+		case lastErr != nil && opts.Reconnect != nil:
+			// Back after an outage: the informers may be waiting out
+			// their backoff, so the cluster's watches start afresh. The
+			// old state serves until the new watcher publishes.
+			lastErr = nil
+			opts.Status.Set(cw.id, "", StateSyncing, "")
+			opts.Status.CountReconnect(cw.id)
+			cw.log.Info("remote cluster reachable again; restarting its watches")
+			opts.Reconnect(cw.id)
 		case st.State == StateUnreachable || st.State == StateTimeout:
 			lastErr = nil
 			if isPublished() {

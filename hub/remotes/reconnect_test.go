@@ -1,0 +1,127 @@
+package remotes_test
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/meshfed/meshfed/hub/remotes"
+	"github.com/meshfed/meshfed/pkg/testutil"
+)
+
+// viaProxy returns kubeconfig with every cluster's server at addr.
+func viaProxy(t *testing.T, kubeconfig []byte, addr string) []byte {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://" + addr
+	}
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestReconnectAfterOutage: a remote apiserver that goes away for long
+// enough that client-go's informers back off (12 s here: their waits grow
+// to about 13 s) keeps its endpoints meanwhile (keep), shows unreachable,
+// and when it answers again its watches are rebuilt at once, so that a
+// change made 1 s after it came back reaches the store within seconds
+// rather than at the informers' next attempt. The remote is the test's
+// apiserver behind a TCP proxy that is cut and restored on the same
+// address.
+func TestReconnectAfterOutage(t *testing.T) {
+	e := startEnv(t)
+	e.create(t, workloadObjects()...)
+	u, err := url.Parse(e.cfg.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testutil.StartTCPProxy(t, u.Host)
+	reg := prometheus.NewRegistry()
+	st, status, cancel, done := hubPartsOpts(t, e, reg, func(o *remotes.WatcherOptions) {
+		o.ProbeInterval = 200 * time.Millisecond
+	})
+	defer func() { cancel(); <-done }()
+	e.create(t, remoteSecret("remotes", map[string][]byte{"c1": viaProxy(t, e.kubeconfig, proxy.Addr())}))
+	endpoints := func(want int) func() error {
+		return func() error {
+			if ms := st.Service(echoHost); ms == nil || len(ms.Endpoints) != want {
+				return fmt.Errorf("service %+v, want %d endpoints", ms, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "c1 synced", endpoints(1))
+
+	proxy.Cut()
+	eventually(t, "c1 unreachable", func() error {
+		if s, _ := status.Get("c1"); s.State != remotes.StateUnreachable {
+			return fmt.Errorf("status %+v", s)
+		}
+		return nil
+	})
+	time.Sleep(12 * time.Second) // the outage, long enough for the informers to back off
+	if err := endpoints(1)(); err != nil {
+		t.Fatalf("endpoints lost during the outage: %v", err)
+	}
+
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	var slice discoveryv1.EndpointSlice
+	if err := e.client.Get(t.Context(), client.ObjectKey{Namespace: "demo", Name: "echo-1"}, &slice); err != nil {
+		t.Fatal(err)
+	}
+	slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+		Addresses: []string{"10.1.0.2"}, NodeName: ptr.To("n1"),
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+	})
+	if err := e.client.Update(t.Context(), &slice); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	// Within 5 s: the informers left alone would try next about 13 s
+	// after their previous attempt.
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, testutil.Named("the change after the outage", endpoints(2)))
+	t.Logf("a change made 1 s after the apiserver came back reached the store %v later", time.Since(changed).Round(time.Millisecond))
+	eventually(t, "c1 synced again", func() error {
+		if s, _ := status.Get("c1"); s.State != remotes.StateSynced {
+			return fmt.Errorf("status %+v", s)
+		}
+		return nil
+	})
+	if n := counterSum(t, reg, "meshfed_remote_cluster_reconnects_total"); n != 1 {
+		t.Errorf("meshfed_remote_cluster_reconnects_total = %v, want 1", n)
+	}
+}
+
+// counterSum returns the sum of the counter name's series in reg.
+func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
