@@ -10,6 +10,8 @@ type metrics struct {
 	routeSets    prometheus.Gauge
 	pushes       *prometheus.CounterVec
 	nacks        *prometheus.CounterVec
+	refused      *prometheus.CounterVec
+	nackLogs     prometheus.Counter
 	pushDuration prometheus.Histogram
 }
 
@@ -43,6 +45,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meshfed_xds_nacks_total",
 			Help: "Responses proxies rejected, by xDS type.",
 		}, []string{"type"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_xds_requests_refused_total",
+			Help: "xDS requests refused, and their streams ended, for what they carry rather than who sent them, by reason (node_too_large).",
+		}, []string{"reason"}),
+		nackLogs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshfed_xds_nack_logs_suppressed_total",
+			Help: "First NACKs of a stream logged at debug level instead of info because more than the log rate (10 a second, bursts of 50) arrived.",
+		}),
 		pushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "meshfed_xds_push_duration_seconds",
 			Help:    "Time to turn a batch of registry changes into cache updates.",
@@ -50,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.routeSets, m.pushes, m.nacks, m.pushDuration)
+		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.routeSets, m.pushes, m.nacks, m.refused, m.nackLogs, m.pushDuration)
 	}
 	return m
 }

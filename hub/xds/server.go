@@ -14,6 +14,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"k8s.io/utils/clock"
@@ -92,6 +93,7 @@ type Server struct {
 	metrics *metrics
 	status  *StatusTracker
 	nacks   *nackBackoff
+	nackLog *rate.Limiter // first NACKs of streams logged at info level
 	csds    *csdsServer
 	ledger  *Ledger // config epochs (ConfigLedger)
 	authn   *authenticator
@@ -154,6 +156,7 @@ func New(opts Options) *Server {
 		s.status = NewStatusTracker(opts.Replica, clk, opts.Metrics)
 	}
 	s.nacks = newNACKBackoff(opts.NACKBackoff, clk)
+	s.nackLog = rate.NewLimiter(nackLogRate, nackLogBurst)
 	var src StatusSource = s.status
 	if opts.StatusSource != nil {
 		src = opts.StatusSource
@@ -323,13 +326,45 @@ func (s *Server) onRequest(k streamKey, node, typeURL, nackMsg string, nack bool
 		s.metrics.nacks.WithLabelValues(shortType(typeURL)).Inc()
 	}
 	d := s.nacks.wait(k, typeURL, nack)
+	if nack {
+		s.logNACK(node, typeURL, nackMsg, d)
+	}
+}
+
+// logNACK logs a NACK that was held back for d, cut short (clip). The
+// first of a row (d is the initial delay) is logged at info level unless
+// more than nackLogRate a second arrive; the rest, and the ones after the
+// first of a row, at debug level.
+func (s *Server) logNACK(node, typeURL, nackMsg string, d time.Duration) {
+	node, nackMsg = clip(node, maxLoggedDetailBytes), clip(nackMsg, maxLoggedDetailBytes)
 	switch {
-	case !nack:
-	case d == s.nacks.policy.Initial:
+	case d == s.nacks.policy.Initial && s.nackLog.AllowN(s.clk.Now(), 1):
 		s.opts.Log.Info("proxy rejected config", "node", node, "type", typeURL, "error", nackMsg)
+	case d == s.nacks.policy.Initial:
+		// Many streams NACKing at once (a bad config, or a client
+		// opening streams to fill the log): the rest at debug level.
+		s.metrics.nackLogs.Inc()
+		s.opts.Log.V(1).Info("proxy rejected config", "node", node, "type", typeURL, "error", nackMsg)
 	default:
 		s.opts.Log.V(1).Info("proxy rejected config again", "node", node, "type", typeURL, "error", nackMsg, "heldBack", d)
 	}
+}
+
+// The rate at which first NACKs of streams are logged at info level.
+const (
+	nackLogRate  = 10 // a second
+	nackLogBurst = 50
+)
+
+// requestChecked refuses a request whose node exceeds the limits
+// (checkNodeSize), counting it.
+func (s *Server) requestChecked(node *corev3.Node) error {
+	err := checkNodeSize(node)
+	if err != nil {
+		s.metrics.refused.WithLabelValues(reasonNodeTooLarge).Inc()
+		s.opts.Log.Info("xDS request refused", "reason", reasonNodeTooLarge, "node", clip(node.GetId(), maxLoggedDetailBytes), "error", err.Error())
+	}
+	return err
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {
@@ -373,6 +408,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			// The stream server calls this before it creates the
 			// request's watch (the group's cache); a stream refused here
 			// gets nothing.
+			if err := s.requestChecked(req.GetNode()); err != nil {
+				return err
+			}
 			if err := s.authn.request(streamKey{false, id}, req.GetNode()); err != nil {
 				return err
 			}
@@ -382,6 +420,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			return nil
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
+			if err := s.requestChecked(req.GetNode()); err != nil {
+				return err
+			}
 			if err := s.authn.request(streamKey{true, id}, req.GetNode()); err != nil {
 				return err
 			}

@@ -253,7 +253,7 @@ func (t *StatusTracker) request(k streamKey, node *corev3.Node, typeURL, version
 		sent, known := ts.lookup(nonce)
 		switch {
 		case nack != nil:
-			msg := nack.GetMessage()
+			msg := clip(nack.GetMessage(), maxDetailBytes)
 			if msg == "" {
 				msg = fmt.Sprintf("rejected with code %d and no message", nack.GetCode())
 			}
