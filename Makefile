@@ -14,6 +14,8 @@ E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MES
              MESHFED_ENVOY_BIN=$(ENVOY_BIN) MESHFED_PILOT_AGENT_BIN=$(ISTIO_DIR)/pilot-agent MESHFED_ISTIOCTL_BIN=$(ISTIO_DIR)/istioctl
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
+FUZZMINIMIZETIME ?= 100x
+FUZZ      ?= .
 BENCHTIME ?= 1x
 # The binaries `make build` puts into bin/: one per main package under the
 # cmd directories, named as `go build -o bin/` names them.
@@ -103,11 +105,16 @@ generate-check: generate ## the committed generated code is what `make generate`
 charts: ## render and lint the Helm charts (no apiserver needed)
 	$(GO) test -count=1 -run 'TestChartsLint|TestSpokeChart|TestHubChart|TestChartSchema' ./e2e/
 
-fuzz: ## run every fuzz target for FUZZTIME each
-	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+fuzz: ## run every fuzz target (matching the regexp FUZZ) for FUZZTIME each, minimizing new inputs for FUZZMINIMIZETIME, and print each one's rate
+	@set -o pipefail; for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
 	  for f in $$(grep -h '^func Fuzz' $$t/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    [[ $$f =~ $(FUZZ) ]] || continue; \
 	    echo "==> fuzz $$t $$f"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$t || exit 1; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$t 2>&1 | \
+	      awk -v f="$$f" 'function secs(line, t) { t = line; sub(/^fuzz: elapsed: /, "", t); sub(/,.*/, "", t); sub(/s$$/, "", t); \
+	          if (t ~ /m/) { split(t, m, "m"); t = m[1] * 60 + m[2] } return t + 0 } \
+	        { print } /now fuzzing/ { s = secs($$0) } /^fuzz: elapsed: .*execs: / { split($$0, a, "execs: "); split(a[2], b, " "); n = b[1]; e = secs($$0) } \
+	        END { if (n != "" && e > s) printf "==> rate %s: %d inputs in %.0fs of fuzzing (after %.0fs of baseline coverage), %.0f a second\n", f, n, e - s, s, n / (e - s) }' || exit 1; \
 	  done; \
 	done
 
