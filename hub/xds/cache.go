@@ -287,10 +287,21 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 		replans = append(replans, replan{sc, st})
 	}
 	var out []write
-	// The routes first: a sidecar moved to a new set finds them.
+	// New and changed routes first, so that a sidecar moved to a new set
+	// finds them; the routes of sets left empty last, once no listener
+	// names them (Envoy would route by an empty configuration meanwhile).
+	var gone *write
 	if r.routes || setsChanged {
 		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, cfg, c.routeSets, c.opts)); ok {
-			out = append(out, w)
+			if len(w.Upsert) > 0 {
+				up := w
+				up.Delete = nil
+				out = append(out, up)
+			}
+			if len(w.Delete) > 0 {
+				w.Upsert = nil
+				gone = &w
+			}
 		}
 	}
 	warm := map[xdsgen.ProxyGroup][]string{}
@@ -302,7 +313,11 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 			}
 		}
 	}
-	return append(out, c.rewarmLocked(warm, planned)...)
+	out = append(out, c.rewarmLocked(warm, planned)...)
+	if gone != nil {
+		out = append(out, *gone)
+	}
+	return out
 }
 
 // rewarmLocked returns the writes that send again, after the cluster

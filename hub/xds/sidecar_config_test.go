@@ -192,7 +192,21 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	// Now only pods labelled app=client: b moves to the new class, a to
 	// the default, and the namespace's class and its routes are gone.
 	byLabels := vsOn(&networking.HTTPMatchRequest{SourceLabels: map[string]string{"app": "client"}})
-	c.plan(nil, st.Service, byLabels)
+	ws := c.plan(nil, st.Service, byLabels)
+	// The namespace's routes are deleted only after the listeners that
+	// named them have moved on.
+	listenerAt, deleteAt := -1, -1
+	for i, w := range ws {
+		if w.cache == a.caches[resourcev3.ListenerType].lc {
+			listenerAt = i
+		}
+		if w.cache == c.envoyRoutes.lc && slices.Contains(w.Delete, nsRoutes) {
+			deleteAt = i
+		}
+	}
+	if listenerAt < 0 || deleteAt < listenerAt {
+		t.Errorf("listener write at %d, deletion of %s at %d: want the deletion after", listenerAt, nsRoutes, deleteAt)
+	}
 	labelRoutes := xdsgen.SidecarRouteSetName(8080, xdsgen.RouteSet{Class: byLabels.RouteClass("demo", model.NewLabels(map[string]string{"app": "client"}))})
 	if got := rdsNames(t, a); !slices.Equal(got, []string{"8080"}) {
 		t.Errorf("unlabelled sidecar's listeners take routes %v, want 8080", got)
