@@ -287,6 +287,14 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 		p.opts.Status.SetSecretError(name, "")
 	}
 
+	policy, perr := ParseStalePolicy(secret.Annotations[AnnotationStaleEndpoints])
+	if perr != nil {
+		// The endpoints are kept, the safe choice, and the secret says why.
+		log.Error(perr, "stale-endpoint policy rejected; keeping endpoints")
+		p.opts.Status.SetSecretError(name, perr.Error())
+		p.opts.Status.CountError(name, ReasonStalePolicy)
+	}
+
 	now := map[model.ClusterID]struct{}{}
 	for _, inv := range parsed.Invalid {
 		now[inv.ID] = struct{}{}
@@ -327,6 +335,7 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 		p.configs[c.ID] = c.Config
 		p.configMu.Unlock()
 		p.place(ctx, c.ID, aware, log)
+		p.opts.Status.SetStalePolicy(c.ID, policy)
 	}
 	for id := range p.entries[name] {
 		if _, still := now[id]; !still && p.owners[id] == name {

@@ -3,10 +3,12 @@ package remotes_test
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -124,4 +126,92 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestStaleEndpointsDropped: under drop-after=1s, a cluster unreachable
+// for longer loses its endpoints (the store no longer has the service),
+// shows when, and gets them back when it answers again; an invalid
+// policy is refused with its cause and keeps endpoints.
+func TestStaleEndpointsDropped(t *testing.T) {
+	if _, err := remotes.ParseStalePolicy("drop-after=soon"); err == nil || !strings.Contains(err.Error(), remotes.AnnotationStaleEndpoints) {
+		t.Errorf("invalid policy: %v", err)
+	}
+	for in, want := range map[string]string{"": "keep", "keep": "keep", "drop-after=90s": "drop-after=1m30s"} {
+		if p, err := remotes.ParseStalePolicy(in); err != nil || p.String() != want {
+			t.Errorf("ParseStalePolicy(%q) = %v, %v; want %s", in, p, err, want)
+		}
+	}
+
+	e := startEnv(t)
+	e.create(t, workloadObjects()...)
+	u, err := url.Parse(e.cfg.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testutil.StartTCPProxy(t, u.Host)
+	st, status, cancel, done := hubPartsOpts(t, e, prometheus.NewRegistry(), func(o *remotes.WatcherOptions) {
+		o.ProbeInterval = 200 * time.Millisecond
+	})
+	defer func() { cancel(); <-done }()
+	sec := remoteSecret("remotes", map[string][]byte{"c1": viaProxy(t, e.kubeconfig, proxy.Addr())})
+	sec.Annotations = map[string]string{remotes.AnnotationStaleEndpoints: "drop-after=1s"}
+	e.create(t, sec)
+	eventually(t, "c1 synced", func() error {
+		if ms := st.Service(echoHost); ms == nil || len(ms.Endpoints) != 1 {
+			return fmt.Errorf("service %+v", ms)
+		}
+		if s, _ := status.Get("c1"); s.StalePolicy.DropAfter != time.Second {
+			return fmt.Errorf("status %+v, want the policy", s)
+		}
+		return nil
+	})
+
+	proxy.Cut()
+	cut := time.Now()
+	eventually(t, "c1's endpoints dropped", func() error {
+		if ms := st.Service(echoHost); ms != nil && len(ms.Endpoints) > 0 {
+			return fmt.Errorf("service %+v still served", ms)
+		}
+		if s, _ := status.Get("c1"); s.Dropped.IsZero() || s.State != remotes.StateUnreachable {
+			return fmt.Errorf("status %+v", s)
+		}
+		return nil
+	})
+	t.Logf("endpoints dropped %v after the apiserver went away (drop-after=1s, probes every 200ms)", time.Since(cut).Round(10*time.Millisecond))
+
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	eventually(t, "c1's endpoints back", func() error {
+		if ms := st.Service(echoHost); ms == nil || len(ms.Endpoints) != 1 {
+			return fmt.Errorf("service %+v", ms)
+		}
+		if s, _ := status.Get("c1"); !s.Dropped.IsZero() || s.State != remotes.StateSynced {
+			return fmt.Errorf("status %+v", s)
+		}
+		return nil
+	})
+	t.Logf("endpoints back %v after the apiserver returned", time.Since(back).Round(10*time.Millisecond))
+
+	// A bad policy: refused with its cause, endpoints kept.
+	var cur corev1.Secret
+	if err := e.client.Get(t.Context(), client.ObjectKeyFromObject(sec), &cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Annotations[remotes.AnnotationStaleEndpoints] = "drop-after=never"
+	if err := e.client.Update(t.Context(), &cur); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "bad policy reported", func() error {
+		for _, se := range status.SecretErrors() {
+			if strings.Contains(se.Error, "drop-after=never") {
+				return nil
+			}
+		}
+		return fmt.Errorf("secret errors %+v", status.SecretErrors())
+	})
+	if s, _ := status.Get("c1"); s.StalePolicy.DropAfter != 0 {
+		t.Errorf("an invalid policy left %v in force, want keep", s.StalePolicy)
+	}
 }

@@ -24,7 +24,8 @@ func Registryz(replica string, st *store.Store, status *Status) debugdoc.Registr
 		out.Clusters = append(out.Clusters, debugdoc.RegistryzCluster{
 			ID: c.ID, Secret: c.Secret, State: debugdoc.ClusterState(c.Effective(now)), Error: c.Error,
 			Generation: s.Version.Term, Services: s.Services, Endpoints: s.Endpoints,
-			CredentialExpiry: c.CredentialExpiry,
+			CredentialExpiry: c.CredentialExpiry, Since: c.Since,
+			StalePolicy: c.StalePolicy.String(), EndpointsDropped: c.Dropped,
 		})
 	}
 	for _, ms := range st.Services() {

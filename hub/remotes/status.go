@@ -48,6 +48,12 @@ type ClusterStatus struct {
 	Since  time.Time       `json:"since"`
 	// CredentialExpiry is when the remote secret's token expires, if known.
 	CredentialExpiry time.Time `json:"credentialExpiry,omitzero"`
+	// StalePolicy is what becomes of the cluster's endpoints while it is
+	// unreachable (the remote secret's AnnotationStaleEndpoints).
+	StalePolicy StalePolicy `json:"stalePolicy"`
+	// Dropped is when its endpoints were dropped under StalePolicy; zero
+	// while they are served.
+	Dropped time.Time `json:"endpointsDropped,omitzero"`
 }
 
 // ExpiryWarning is how long before its token expires a healthy cluster is
@@ -73,6 +79,8 @@ const (
 	ReasonWatchError        = "watch_error"
 	ReasonUnreachable       = "unreachable"
 	ReasonClientError       = "client_error"
+	ReasonStalePolicy       = "invalid_stale_policy"
+	ReasonEndpointsDropped  = "endpoints_dropped"
 )
 
 // Status tracks every remote cluster and every rejected secret. It is safe
@@ -151,6 +159,25 @@ func (s *Status) Set(id model.ClusterID, secret string, st State, errMsg string)
 	c.State = st
 	if errMsg != "" || st == StateSynced || st == StateSyncing {
 		c.Error = errMsg
+	}
+}
+
+// SetStalePolicy records cluster id's stale-endpoint policy.
+func (s *Status) SetStalePolicy(id model.ClusterID, p StalePolicy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.clusters[id]; c != nil {
+		c.StalePolicy = p
+	}
+}
+
+// SetDropped records that cluster id's endpoints were dropped at at (or,
+// for a zero at, that they are served again).
+func (s *Status) SetDropped(id model.ClusterID, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.clusters[id]; c != nil {
+		c.Dropped = at
 	}
 }
 

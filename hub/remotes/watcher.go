@@ -194,6 +194,7 @@ func (cw *clusterWatch) run(ctx context.Context) {
 		return
 	}
 	close(published)
+	status.SetDropped(cw.id, time.Time{})
 	if st, _ := status.Get(cw.id); st.State != StateUnreachable {
 		status.Set(cw.id, secret, StateSynced, "")
 	}
@@ -229,6 +230,19 @@ func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-
 		}
 	}
 	var lastErr error
+	// Under a drop-after policy, a timer runs from the first failed probe
+	// of an outage; when it fires before a probe succeeds, the cluster's
+	// endpoints are dropped until it answers again.
+	var dropTimer clock.Timer
+	var dropC <-chan time.Time
+	dropped := false
+	stopDrop := func() {
+		if dropTimer != nil {
+			dropTimer.Stop()
+			dropTimer, dropC = nil, nil
+		}
+	}
+	defer stopDrop()
 	probe := func() {
 		pctx, cancel := context.WithTimeout(ctx, opts.ProbeInterval)
 		defer cancel()
@@ -242,6 +256,10 @@ func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-
 		case err != nil:
 			if lastErr == nil {
 				cw.log.Error(err, "remote cluster unreachable")
+				if d := st.StalePolicy.DropAfter; d > 0 && isPublished() && !dropped {
+					dropTimer = opts.Clock.NewTimer(d)
+					dropC = dropTimer.C()
+				}
 			}
 			lastErr = err
 			opts.Status.Set(cw.id, "", StateUnreachable, err.Error())
@@ -249,14 +267,21 @@ func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-
 		case lastErr != nil && opts.Reconnect != nil:
 			// Back after an outage: the informers may be waiting out
 			// their backoff, so the cluster's watches start afresh. The
-			// old state serves until the new watcher publishes.
+			// old state (or, dropped, none) serves until the new watcher
+			// publishes.
 			lastErr = nil
+			stopDrop()
 			opts.Status.Set(cw.id, "", StateSyncing, "")
 			opts.Status.CountReconnect(cw.id)
 			cw.log.Info("remote cluster reachable again; restarting its watches")
 			opts.Reconnect(cw.id)
 		case st.State == StateUnreachable || st.State == StateTimeout:
 			lastErr = nil
+			stopDrop()
+			if dropped {
+				cw.restoreEndpoints(ctx)
+				dropped = false
+			}
 			if isPublished() {
 				opts.Status.Set(cw.id, "", StateSynced, "")
 				cw.log.Info("remote cluster reachable again")
@@ -283,8 +308,58 @@ func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-
 			}
 		case <-ticker.C():
 			probe()
+		case <-dropC:
+			dropTimer, dropC = nil, nil
+			if lastErr != nil && !dropped {
+				dropped = cw.dropEndpoints(ctx)
+			}
 		}
 	}
+}
+
+// dropEndpoints deletes every service shard of the cluster, its
+// stale-endpoint policy having run out while it is unreachable: its
+// endpoints leave every load assignment, here and (replicated) on every
+// replica, and traffic fails over. The shards to delete are those its
+// informers hold, which are what it published. It reports whether they
+// were dropped.
+func (cw *clusterWatch) dropEndpoints(ctx context.Context) bool {
+	opts := cw.w.opts
+	shards, err := cw.computeAll(ctx)
+	for h := range shards {
+		if err != nil {
+			break
+		}
+		err = opts.Sink.UpdateShard(cw.id, cw.gen, h, nil)
+	}
+	if err != nil {
+		cw.log.Info("stale endpoints not dropped", "reason", err.Error())
+		return false
+	}
+	st, _ := opts.Status.Get(cw.id)
+	cw.log.Info("remote cluster unreachable too long: endpoints dropped", "policy", st.StalePolicy.String(), "services", len(shards))
+	opts.Status.SetDropped(cw.id, opts.Clock.Now())
+	opts.Status.CountError(string(cw.id), ReasonEndpointsDropped)
+	return true
+}
+
+// restoreEndpoints publishes again what the cluster's informers hold,
+// after its endpoints were dropped, when no Reconnect rebuilds the
+// cluster (which publishes afresh by itself).
+func (cw *clusterWatch) restoreEndpoints(ctx context.Context) {
+	opts := cw.w.opts
+	shards, err := cw.computeAll(ctx)
+	for h, sh := range shards {
+		if err != nil {
+			break
+		}
+		err = opts.Sink.UpdateShard(cw.id, cw.gen, h, sh)
+	}
+	if err != nil {
+		cw.log.Info("dropped endpoints not restored yet", "reason", err.Error())
+		return
+	}
+	opts.Status.SetDropped(cw.id, time.Time{})
 }
 
 // addHandlers registers event handlers on the cluster's informers. The

@@ -65,6 +65,15 @@ type RegistryzCluster struct {
 	Generation uint64 `json:"generation"`
 	// CredentialExpiry is when the remote secret's token expires, if known.
 	CredentialExpiry time.Time `json:"credentialExpiry,omitzero"`
+	// Since is when the cluster entered State here.
+	Since time.Time `json:"since,omitzero"`
+	// StalePolicy is what becomes of its endpoints while it is
+	// unreachable: "keep" or "drop-after=<duration>" (the remote secret's
+	// meshfed.io/stale-endpoints annotation).
+	StalePolicy string `json:"stalePolicy,omitempty"`
+	// EndpointsDropped is when its endpoints were dropped under
+	// StalePolicy; absent while they are served.
+	EndpointsDropped time.Time `json:"endpointsDropped,omitzero"`
 	// Services counts the services the cluster contributes.
 	Services int `json:"services"`
 	// Endpoints counts the endpoints the cluster contributes.
