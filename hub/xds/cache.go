@@ -53,7 +53,8 @@ type groupCache struct {
 	streams map[streamKey]attachment         // what each open stream is attached to
 	members map[xdsgen.ProxyGroup]int        // open streams per group (never 0)
 
-	// Envoy sidecars: their shared routes (named by port), and per node
+	// Envoy sidecars: their shared routes (named by port and route set),
+	// and per node
 	// ID their own listeners and clusters (see sidecar).
 	envoyRoutes *written
 	sidecars    map[string]*sidecar

@@ -241,7 +241,12 @@
 // A Sidecar object (Sidecar.Scope) narrows the outbound side to the
 // services its egress hosts name (ScopedServices), and with
 // outboundTrafficPolicy REGISTRY_ONLY sends what no listener takes to
-// BlackHoleCluster; the shared routes are not scoped.
+// BlackHoleCluster. Its routes are narrowed alike: the sidecars of one
+// RouteSet (a route class, the VirtualService matches on clients they
+// satisfy, under one Sidecar scope) share routes named
+// SidecarRouteSetName, holding only the virtual hosts they see. Its
+// ingress listeners replace the inbound ports the Services give
+// (SidecarIngress).
 //
 // The sidecar routes and clusters reuse the proxyless names, but not their
 // content (HTTP/2 options, TLS, circuit breakers), so the hub keeps them
