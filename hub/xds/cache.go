@@ -54,8 +54,7 @@ type groupCache struct {
 	members map[xdsgen.ProxyGroup]int        // open streams per group (never 0)
 
 	// Envoy sidecars: their shared routes (named by port and route set),
-	// and per node
-	// ID their own listeners and clusters (see sidecar).
+	// and per node ID their own listeners and clusters (see sidecar).
 	envoyRoutes *written
 	sidecars    map[string]*sidecar
 	// routeSets counts the held sidecars of each route set but the
