@@ -1,6 +1,7 @@
 package remotes_test
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/hub/remotes"
+	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
@@ -35,6 +37,39 @@ func viaProxy(t *testing.T, kubeconfig []byte, addr string) []byte {
 	return out
 }
 
+// outageFixture is the test's apiserver as remote cluster c1 behind a TCP
+// proxy (cut for an outage), watched by a Provider and a Watcher that
+// probe every 200 ms, c1's remote secret created with annotations.
+type outageFixture struct {
+	env    *env
+	st     *store.Store
+	status *remotes.Status
+	reg    *prometheus.Registry
+	proxy  *testutil.TCPProxy
+	secret *corev1.Secret
+}
+
+func startOutageFixture(t *testing.T, annotations map[string]string) *outageFixture {
+	t.Helper()
+	f := &outageFixture{env: startEnv(t), reg: prometheus.NewRegistry()}
+	f.env.create(t, workloadObjects()...)
+	u, err := url.Parse(f.env.cfg.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.proxy = testutil.StartTCPProxy(t, u.Host)
+	var cancel context.CancelFunc
+	var done <-chan error
+	f.st, f.status, cancel, done = hubPartsOpts(t, f.env, f.reg, func(o *remotes.WatcherOptions) {
+		o.ProbeInterval = 200 * time.Millisecond
+	})
+	t.Cleanup(func() { cancel(); <-done })
+	f.secret = remoteSecret("remotes", map[string][]byte{"c1": viaProxy(t, f.env.kubeconfig, f.proxy.Addr())})
+	f.secret.Annotations = annotations
+	f.env.create(t, f.secret)
+	return f
+}
+
 // TestReconnectAfterOutage: a remote apiserver that goes away for long
 // enough that client-go's informers back off (12 s here: their waits grow
 // to about 13 s) keeps its endpoints meanwhile (keep), shows unreachable,
@@ -44,19 +79,8 @@ func viaProxy(t *testing.T, kubeconfig []byte, addr string) []byte {
 // apiserver behind a TCP proxy that is cut and restored on the same
 // address.
 func TestReconnectAfterOutage(t *testing.T) {
-	e := startEnv(t)
-	e.create(t, workloadObjects()...)
-	u, err := url.Parse(e.cfg.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testutil.StartTCPProxy(t, u.Host)
-	reg := prometheus.NewRegistry()
-	st, status, cancel, done := hubPartsOpts(t, e, reg, func(o *remotes.WatcherOptions) {
-		o.ProbeInterval = 200 * time.Millisecond
-	})
-	defer func() { cancel(); <-done }()
-	e.create(t, remoteSecret("remotes", map[string][]byte{"c1": viaProxy(t, e.kubeconfig, proxy.Addr())}))
+	f := startOutageFixture(t, nil)
+	e, st, status, proxy := f.env, f.st, f.status, f.proxy
 	endpoints := func(want int) func() error {
 		return func() error {
 			if ms := st.Service(echoHost); ms == nil || len(ms.Endpoints) != want {
@@ -105,7 +129,7 @@ func TestReconnectAfterOutage(t *testing.T) {
 		}
 		return nil
 	})
-	if n := counterSum(t, reg, "meshfed_remote_cluster_reconnects_total"); n != 1 {
+	if n := counterSum(t, f.reg, "meshfed_remote_cluster_reconnects_total"); n != 1 {
 		t.Errorf("meshfed_remote_cluster_reconnects_total = %v, want 1", n)
 	}
 }
@@ -142,20 +166,8 @@ func TestStaleEndpointsDropped(t *testing.T) {
 		}
 	}
 
-	e := startEnv(t)
-	e.create(t, workloadObjects()...)
-	u, err := url.Parse(e.cfg.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testutil.StartTCPProxy(t, u.Host)
-	st, status, cancel, done := hubPartsOpts(t, e, prometheus.NewRegistry(), func(o *remotes.WatcherOptions) {
-		o.ProbeInterval = 200 * time.Millisecond
-	})
-	defer func() { cancel(); <-done }()
-	sec := remoteSecret("remotes", map[string][]byte{"c1": viaProxy(t, e.kubeconfig, proxy.Addr())})
-	sec.Annotations = map[string]string{remotes.AnnotationStaleEndpoints: "drop-after=1s"}
-	e.create(t, sec)
+	f := startOutageFixture(t, map[string]string{remotes.AnnotationStaleEndpoints: "drop-after=1s"})
+	e, st, status, proxy, sec := f.env, f.st, f.status, f.proxy, f.secret
 	eventually(t, "c1 synced", func() error {
 		if ms := st.Service(echoHost); ms == nil || len(ms.Endpoints) != 1 {
 			return fmt.Errorf("service %+v", ms)
