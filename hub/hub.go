@@ -27,6 +27,7 @@ import (
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/hub/console"
 	"github.com/meshfed/meshfed/hub/fleetstatus"
 	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
 	"github.com/meshfed/meshfed/hub/monitoring"
@@ -284,6 +285,21 @@ func Run(ctx context.Context, opts Options) error {
 	ready := remotes.NewReadiness(remotes.ReadinessOptions{
 		Provider: provider, Status: status, Held: st, SyncTimeout: opts.ClusterSyncTimeout, Clock: opts.Clock,
 	})
+	explain := &explainer{replica: opts.ReplicaID, domainSuffix: opts.DomainSuffix, proxies: fleet.All, explain: xdsServer.Explain}
+	ui, err := console.New(console.Options{
+		Replica: opts.ReplicaID, Gatherer: reg, Clock: opts.Clock, Log: log.WithName("console"),
+		Sources: console.Sources{
+			Registryz:   func() debugdoc.Registryz { return remotes.Registryz(opts.ReplicaID, st, status) },
+			Federationz: repl.Federationz,
+			Proxies:     fleet.All,
+			Trustz:      func() debugdoc.Trustz { return trust.Trustz(bundle.TrustRoots()) },
+			Spokez:      func() debugdoc.Spokez { return fleet.Spokes(opts.Clock.Now()) },
+			Explain:     explain.Explain,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
 	mon := monitoring.New(monitoring.Options{
 		Addr:     opts.MonitoringAddr,
 		Gatherer: reg,
@@ -304,8 +320,10 @@ func Run(ctx context.Context, opts Options) error {
 			debugdoc.ClusterzName:     func(*http.Request) any { return remotes.Clusterz(status) },
 			debugdoc.ConfigzName:      func(*http.Request) any { return config.Configz() },
 			debugdoc.ConfigStatusName: func(r *http.Request) any { return configStatus(fleet, config.Configz(), r) },
+			debugdoc.ExplainzName:     explain.serve,
 		},
-		Log: log.WithName("monitoring"),
+		Console: ui,
+		Log:     log.WithName("monitoring"),
 	})
 
 	g, ctx := errgroup.WithContext(ctx)
@@ -314,6 +332,7 @@ func Run(ctx context.Context, opts Options) error {
 	g.Go(func() error { return mon.Run(ctx) })
 	g.Go(func() error { return repl.Run(ctx) })
 	g.Go(func() error { fleet.Run(ctx); return nil })
+	g.Go(func() error { ui.Run(ctx); return nil })
 	g.Go(func() error { return config.Run(ctx) })
 	g.Go(func() error {
 		for {

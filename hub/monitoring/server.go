@@ -24,7 +24,9 @@ type Options struct {
 	Ready func() (bool, string)
 	// Debug maps a path under /debug/ to a function returning a JSON value.
 	Debug map[string]func(*http.Request) any
-	Log   logr.Logger
+	// Console, when set, serves / and /ui/ (the fleet console).
+	Console http.Handler
+	Log     logr.Logger
 }
 
 // Server is the monitoring HTTP server.
@@ -42,6 +44,10 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
 	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if opts.Console != nil {
+		s.mux.Handle("GET /{$}", opts.Console)
+		s.mux.Handle("GET /ui/", opts.Console)
+	}
 	for path, fn := range opts.Debug {
 		s.mux.HandleFunc("GET /debug/"+path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")

@@ -62,6 +62,7 @@ type streamKey struct {
 type proxyStream struct {
 	key                          streamKey
 	node, name, cluster, version string
+	namespace, locality          string
 	connected, lastChange        time.Time
 	types                        map[string]*typeState // by type URL
 }
@@ -324,6 +325,8 @@ func (t *StatusTracker) bindLocked(s *proxyStream, node *corev3.Node) {
 	s.name = xdsnode.NameOf(s.node)
 	s.cluster = node.GetMetadata().GetFields()[xdsnode.MetadataClusterID].GetStringValue()
 	s.version = proxyVersion(node)
+	s.namespace = node.GetMetadata().GetFields()[xdsnode.MetadataNamespace].GetStringValue()
+	s.locality = localityString(node.GetLocality())
 	m := t.byNode[s.node]
 	if m == nil {
 		m = map[streamKey]*proxyStream{}
@@ -413,6 +416,7 @@ func (t *StatusTracker) recordLocked(s *proxyStream) proxystatus.Record {
 	r := proxystatus.Record{
 		Proxy: s.node, Name: s.name, Cluster: s.cluster, Replica: t.replica,
 		Connected: s.connected, LastChange: s.lastChange, Version: s.version,
+		Namespace: s.namespace, Locality: s.locality,
 		Types: make(map[string]proxystatus.TypeStatus, len(s.types)),
 	}
 	for url, ts := range s.types {
@@ -450,4 +454,12 @@ func (t *StatusTracker) Drain(ctx context.Context, sink func(changed []proxystat
 			}
 		}
 	}
+}
+
+// localityString is "<region>/<zone>/<subzone>", or "" for no locality.
+func localityString(l *corev3.Locality) string {
+	if l.GetRegion() == "" && l.GetZone() == "" && l.GetSubZone() == "" {
+		return ""
+	}
+	return l.GetRegion() + "/" + l.GetZone() + "/" + l.GetSubZone()
 }

@@ -16,6 +16,8 @@ const (
 	ConfigzName     = "configz"
 	// ConfigStatusName takes ?kind=&namespace=&name= for one object.
 	ConfigStatusName = "configstatusz"
+	// ExplainzName takes ?proxy=&host=HOST[:PORT]&subset= (see Explainz).
+	ExplainzName = "explainz"
 )
 
 // Paths of the documents.
@@ -28,4 +30,5 @@ const (
 	ClusterzPath     = Prefix + ClusterzName
 	ConfigzPath      = Prefix + ConfigzName
 	ConfigStatusPath = Prefix + ConfigStatusName
+	ExplainzPath     = Prefix + ExplainzName
 )

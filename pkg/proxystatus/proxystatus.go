@@ -153,6 +153,11 @@ type Record struct {
 	// Version is the proxy's own version (ISTIO_VERSION metadata or the
 	// node's user agent version).
 	Version string `json:"version,omitempty"`
+	// Namespace is the proxy's NAMESPACE node metadata.
+	Namespace string `json:"namespace,omitempty"`
+	// Locality is the node's locality, "<region>/<zone>/<subzone>"; empty
+	// when the node gave none.
+	Locality string `json:"locality,omitempty"`
 }
 
 // Status returns the status of the given short type; NOT SENT if the proxy
@@ -172,7 +177,8 @@ func (r Record) Status(short string) Status {
 // batching replication.
 func (r Record) Size() int {
 	// Fixed part: two times and field overhead.
-	n := 64 + len(r.Proxy) + len(r.Name) + len(r.Cluster) + len(r.Replica) + len(r.Version)
+	n := 64 + len(r.Proxy) + len(r.Name) + len(r.Cluster) + len(r.Replica) + len(r.Version) +
+		len(r.Namespace) + len(r.Locality)
 	for k, t := range r.Types {
 		n += 64 + len(k) + len(t.TypeURL) + len(t.Sent) + len(t.SentNonce) +
 			len(t.Acked) + len(t.AckedNonce) + len(t.Nack) + len(t.NackVersion) + len(t.Status)

@@ -4,6 +4,7 @@
 //	meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
 //	meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
 //	meshfedctl config-status [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
+//	meshfedctl explain [--monitoring ADDR] [-o table|json] [--subset NAME] PROXY HOST[:PORT]
 //
 // proxy-status asks the hub's CSDS service (envoy.service.status.v3, on the
 // xDS port, plaintext) for the fleet-wide proxy status and prints it with
@@ -62,7 +63,16 @@
 // or, with KIND/NS/NAME, the one object, whose "pending" lists the proxies
 // not synced: [{"proxy": node ID, "name": "<pod>.<ns>", "cluster",
 // "replica", "state": "STALE" or "NACKED", "reason"}, …]. "deleted" and
-// "rejected" are left out unless set.
+// "rejected" are left out unless set.//
+// explain reads /debug/explainz and prints the endpoints that PROXY (a
+// name "<pod>.<ns>" or a node ID, served by any replica) is sent for the
+// service HOST (a hostname, or "<name>.<ns>") on PORT (default: its first
+// port), in priority order: PRIORITY ADDRESS CLUSTER LOCALITY WEIGHT
+// REASON, where REASON says why the endpoint has its priority (its own
+// cluster, its region, a failover region, ...), then the endpoints left
+// out, with why (not ready, not in the subset, ...). It fails, saying why,
+// for an unknown proxy, host, port or subset. -o json writes the
+// debugdoc.Explainz document.
 package main
 
 import (

@@ -16,6 +16,7 @@ const (
 	cmdIstioConfig    = "istio-config"
 	cmdConfigStatus   = "config-status"
 	cmdRemoteSecret   = "create-remote-secret"
+	cmdExplain        = "explain"
 )
 
 // Output formats.
@@ -40,6 +41,8 @@ type Options struct {
 	// Object, for istio-config and config-status, selects one object:
 	// KIND/NAMESPACE/NAME.
 	Object string
+	// ExplainHost, for explain, is HOST[:PORT]; ExplainSubset a subset.
+	ExplainHost, ExplainSubset string
 	// Timeout bounds each call to the hub.
 	Timeout time.Duration
 	// RemoteSecret holds the flags of create-remote-secret.
@@ -65,6 +68,7 @@ const usage = `usage:
   meshfedctl trust-bundle [--monitoring ADDR] [-o table|json|pem]
   meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NAMESPACE/NAME]
   meshfedctl config-status [--monitoring ADDR] [-o table|json] [KIND/NAMESPACE/NAME]
+  meshfedctl explain [--monitoring ADDR] [-o table|json] [--subset NAME] PROXY HOST[:PORT]
   meshfedctl create-remote-secret --name CLUSTER_ID [--kubeconfig PATH] [--context CTX]
       [--service-account meshfed-reader] [--sa-namespace istio-system] [--token-ttl 720h]
       [--secret-namespace istio-system] [--apply-to CONFIG_KUBECONFIG [--rotate]]
@@ -94,6 +98,9 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		fs.StringVar(&opts.Hub, "hub", opts.Hub, "address of a hub's xDS port (CSDS, plaintext)")
 	case cmdRemoteClusters, cmdTrustBundle, cmdIstioConfig, cmdConfigStatus:
 		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
+	case cmdExplain:
+		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
+		fs.StringVar(&opts.ExplainSubset, "subset", "", "a DestinationRule subset of the host")
 	case cmdRemoteSecret:
 		rs := &opts.RemoteSecret
 		fs.StringVar(&rs.Name, "name", "", "cluster ID of the workload cluster (the secret's data key)")
@@ -131,6 +138,10 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		opts.Proxy = positional[0]
 	case (opts.Command == cmdIstioConfig || opts.Command == cmdConfigStatus) && len(positional) == 1:
 		opts.Object = positional[0]
+	case opts.Command == cmdExplain && len(positional) == 2:
+		opts.Proxy, opts.ExplainHost = positional[0], positional[1]
+	case opts.Command == cmdExplain:
+		return opts, fmt.Errorf("explain: want PROXY HOST[:PORT], got %q", positional)
 	case len(positional) > 0:
 		return opts, fmt.Errorf("%s: unexpected arguments %q", opts.Command, positional)
 	case opts.Command == cmdRemoteSecret && opts.RemoteSecret.Name == "":

@@ -38,6 +38,8 @@ func run(ctx context.Context, opts Options, stdout io.Writer) error {
 		return configStatus(ctx, opts, stdout)
 	case cmdRemoteSecret:
 		return createRemoteSecret(ctx, opts.RemoteSecret, stdout)
+	case cmdExplain:
+		return explain(ctx, opts, stdout)
 	}
 	return fmt.Errorf("unknown command %q", opts.Command)
 }

@@ -107,6 +107,8 @@ type Record struct {
 	ConnectedUnixNano  int64                  `protobuf:"varint,6,opt,name=connected_unix_nano,json=connectedUnixNano,proto3" json:"connected_unix_nano,omitempty"`
 	LastChangeUnixNano int64                  `protobuf:"varint,7,opt,name=last_change_unix_nano,json=lastChangeUnixNano,proto3" json:"last_change_unix_nano,omitempty"`
 	Version            string                 `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
+	Namespace          string                 `protobuf:"bytes,9,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Locality           string                 `protobuf:"bytes,10,opt,name=locality,proto3" json:"locality,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -193,6 +195,20 @@ func (x *Record) GetLastChangeUnixNano() int64 {
 func (x *Record) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *Record) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Record) GetLocality() string {
+	if x != nil {
+		return x.Locality
 	}
 	return ""
 }
@@ -643,7 +659,7 @@ const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	"\achanged\x18\x02 \x03(\v2\x1e.meshfed.fleetstatus.v1.RecordR\achanged\x12\x18\n" +
 	"\aremoved\x18\x03 \x03(\tR\aremoved\x126\n" +
 	"\x06spokes\x18\x04 \x01(\v2\x1e.meshfed.fleetstatus.v1.SpokesR\x06spokes\x126\n" +
-	"\x06ledger\x18\x05 \x01(\v2\x1e.meshfed.fleetstatus.v1.LedgerR\x06ledger\"\x9d\x02\n" +
+	"\x06ledger\x18\x05 \x01(\v2\x1e.meshfed.fleetstatus.v1.LedgerR\x06ledger\"\xd7\x02\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05proxy\x18\x01 \x01(\tR\x05proxy\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -652,7 +668,10 @@ const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	"\x05types\x18\x05 \x03(\v2\".meshfed.fleetstatus.v1.TypeStatusR\x05types\x12.\n" +
 	"\x13connected_unix_nano\x18\x06 \x01(\x03R\x11connectedUnixNano\x121\n" +
 	"\x15last_change_unix_nano\x18\a \x01(\x03R\x12lastChangeUnixNano\x12\x18\n" +
-	"\aversion\x18\b \x01(\tR\aversion\"\x8e\x03\n" +
+	"\aversion\x18\b \x01(\tR\aversion\x12\x1c\n" +
+	"\tnamespace\x18\t \x01(\tR\tnamespace\x12\x1a\n" +
+	"\blocality\x18\n" +
+	" \x01(\tR\blocality\"\x8e\x03\n" +
 	"\n" +
 	"TypeStatus\x12\x14\n" +
 	"\x05short\x18\x01 \x01(\tR\x05short\x12\x19\n" +
