@@ -153,7 +153,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		d.detail("%s: xDS %s   monitoring %s (log %s)", h.ReplicaID(), h.XDSAddr(), h.MonitoringURL(), h.LogPath())
+		d.detail("%s: xDS %s   monitoring %s   console %s/ (log %s)", h.ReplicaID(), h.XDSAddr(), h.MonitoringURL(), h.MonitoringURL(), h.LogPath())
 		hubs = append(hubs, h)
 	}
 	hub := hubs[1] // the clients' replica
@@ -299,8 +299,8 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 
 	fmt.Fprintf(out, "\nDemo complete in %.1fs.\n", time.Since(d.start).Seconds())
 	if opts.keep {
-		fmt.Fprintf(out, "The fleet keeps running: try curl %s/debug/registryz or %s/metrics. Ctrl-C stops everything.\n",
-			hub.MonitoringURL(), hub.MonitoringURL())
+		fmt.Fprintf(out, "The fleet keeps running: open the fleet console at %s/ (any hub's monitoring URL above works), or try curl %s/debug/registryz or %s/metrics. Ctrl-C stops everything.\n",
+			hub.MonitoringURL(), hub.MonitoringURL(), hub.MonitoringURL())
 		<-ctx.Done()
 	}
 	return nil
