@@ -53,13 +53,7 @@ func (e *explainer) Explain(proxy, hostPort, subset string) debugdoc.Explainz {
 		doc.Error = err.Error()
 		return doc
 	}
-	doc.Port, doc.Assignment = x.Port, x.Assignment
-	for _, ep := range x.Endpoints {
-		doc.Endpoints = append(doc.Endpoints, debugdoc.ExplainedEndpoint{
-			Address: ep.Address, Cluster: ep.Cluster, Locality: ep.Locality, Pod: ep.Pod,
-			Sent: ep.Sent, Priority: ep.Priority, LocalityWeight: ep.LocalityWeight, Reason: ep.Reason,
-		})
-	}
+	doc.Port, doc.Assignment, doc.Endpoints = x.Port, x.Assignment, x.Endpoints
 	return doc
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -31,7 +32,7 @@ func TestExplainer(t *testing.T) {
 			if h == "missing.demo.svc.cluster.local" {
 				return xdsgen.Explanation{}, errors.New("no service missing.demo.svc.cluster.local")
 			}
-			return xdsgen.Explanation{Assignment: "outbound|8080||" + string(h), Port: 8080, Endpoints: []xdsgen.ExplainedEndpoint{
+			return xdsgen.Explanation{Assignment: "outbound|8080||" + string(h), Port: 8080, Endpoints: []debugdoc.ExplainedEndpoint{
 				{Address: "10.1.0.1:50051", Cluster: "cluster-1", Sent: true, Reason: "own cluster"}}}, nil
 		}}
 

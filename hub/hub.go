@@ -285,16 +285,17 @@ func Run(ctx context.Context, opts Options) error {
 	ready := remotes.NewReadiness(remotes.ReadinessOptions{
 		Provider: provider, Status: status, Held: st, SyncTimeout: opts.ClusterSyncTimeout, Clock: opts.Clock,
 	})
+	// The documents /debug serves and the console shows.
+	registryz := func() debugdoc.Registryz { return remotes.Registryz(opts.ReplicaID, st, status) }
+	trustz := func() debugdoc.Trustz { return trust.Trustz(bundle.TrustRoots()) }
+	spokez := func() debugdoc.Spokez { return fleet.Spokes(opts.Clock.Now()) }
 	explain := &explainer{replica: opts.ReplicaID, domainSuffix: opts.DomainSuffix, proxies: fleet.All, explain: xdsServer.Explain}
 	ui, err := console.New(console.Options{
 		Replica: opts.ReplicaID, Gatherer: reg, Clock: opts.Clock, Log: log.WithName("console"),
 		Sources: console.Sources{
-			Registryz:   func() debugdoc.Registryz { return remotes.Registryz(opts.ReplicaID, st, status) },
-			Federationz: repl.Federationz,
-			Proxies:     fleet.All,
-			Trustz:      func() debugdoc.Trustz { return trust.Trustz(bundle.TrustRoots()) },
-			Spokez:      func() debugdoc.Spokez { return fleet.Spokes(opts.Clock.Now()) },
-			Explain:     explain.Explain,
+			Registryz: registryz, Federationz: repl.Federationz, Proxies: fleet.All,
+			Trustz: trustz, Spokez: spokez,
+			Explain: explain.Explain,
 		},
 	})
 	if err != nil {
@@ -312,11 +313,11 @@ func Run(ctx context.Context, opts Options) error {
 			return ready.Check()
 		},
 		Debug: map[string]func(*http.Request) any{
-			debugdoc.RegistryzName:    func(*http.Request) any { return remotes.Registryz(opts.ReplicaID, st, status) },
+			debugdoc.RegistryzName:    func(*http.Request) any { return registryz() },
 			debugdoc.FederationzName:  func(*http.Request) any { return repl.Federationz() },
 			debugdoc.ProxyStatusName:  func(*http.Request) any { return proxystatus.JSONDocument{Proxies: fleet.All()} },
-			debugdoc.TrustzName:       func(*http.Request) any { return trust.Trustz(bundle.TrustRoots()) },
-			debugdoc.SpokezName:       func(*http.Request) any { return fleet.Spokes(opts.Clock.Now()) },
+			debugdoc.TrustzName:       func(*http.Request) any { return trustz() },
+			debugdoc.SpokezName:       func(*http.Request) any { return spokez() },
 			debugdoc.ClusterzName:     func(*http.Request) any { return remotes.Clusterz(status) },
 			debugdoc.ConfigzName:      func(*http.Request) any { return config.Configz() },
 			debugdoc.ConfigStatusName: func(r *http.Request) any { return configStatus(fleet, config.Configz(), r) },

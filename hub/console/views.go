@@ -150,7 +150,7 @@ func warnings(now time.Time, reg debugdoc.Registryz, fed debugdoc.Federationz, r
 	const maxNACKs = 10
 	nacking := 0
 	for _, rec := range recs {
-		for _, t := range sortedTypes(rec) {
+		for _, t := range proxystatus.DetailTypes(rec) {
 			ts := rec.Types[t]
 			if rec.Status(t) != proxystatus.StatusError {
 				continue
@@ -182,15 +182,6 @@ func warnings(now time.Time, reg debugdoc.Registryz, fed debugdoc.Federationz, r
 		}
 	}
 	return append(crit, warn...)
-}
-
-func sortedTypes(r proxystatus.Record) []string {
-	ts := make([]string, 0, len(r.Types))
-	for t := range r.Types {
-		ts = append(ts, t)
-	}
-	slices.Sort(ts)
-	return ts
 }
 
 func displayName(r proxystatus.Record) string { return cmp.Or(r.Name, r.Proxy) }
@@ -457,7 +448,7 @@ func (c *Console) proxy(w http.ResponseWriter, r *http.Request) {
 	var views []view
 	for _, rec := range found {
 		v := view{Record: rec, Overall: overallStatus(rec)}
-		for _, t := range sortedTypes(rec) {
+		for _, t := range proxystatus.DetailTypes(rec) {
 			v.Types = append(v.Types, typeRow{Type: strings.ToUpper(t), TypeStatus: rec.Types[t], Status: rec.Status(t)})
 		}
 		views = append(views, v)

@@ -31,7 +31,8 @@ type Explainz struct {
 	Endpoints []ExplainedEndpoint `json:"endpoints,omitempty"`
 }
 
-// ExplainedEndpoint is one endpoint of Explainz.
+// ExplainedEndpoint is one endpoint of Explainz, as xdsgen.ExplainEndpoints
+// explains it.
 type ExplainedEndpoint struct {
 	// Address is "<ip>:<target port>", or the IP alone when the endpoint
 	// does not serve the port.

@@ -65,9 +65,9 @@ func WriteTable(w io.Writer, recs []Record) error {
 	return nil
 }
 
-// detailTypes returns the short types to show for r: the table's types,
-// then any other subscribed type, sorted.
-func detailTypes(r Record) []string {
+// DetailTypes returns the short types of r in the order a detail lists
+// them: the table's types, then the others sorted.
+func DetailTypes(r Record) []string {
 	out := TableTypes()
 	var extra []string
 	for k := range r.Types {
@@ -105,7 +105,7 @@ func WriteDetail(w io.Writer, r Record) error {
 	tw = newTabWriter(w)
 	fmt.Fprintln(tw, "TYPE\tSTATUS\tSENT\tSENT NONCE\tSENT AT\tACKED\tACKED NONCE\tACKED AT")
 	var nacks []string
-	for _, k := range detailTypes(r) {
+	for _, k := range DetailTypes(r) {
 		ts := r.Types[k]
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k, r.Status(k),
 			orDash(ts.Sent), orDash(ts.SentNonce), formatTime(ts.SentAt),

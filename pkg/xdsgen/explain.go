@@ -8,6 +8,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	networking "istio.io/api/networking/v1alpha3"
 
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 )
@@ -24,26 +25,7 @@ type Explanation struct {
 	// Endpoints are the endpoints sent, in the assignment's order
 	// (priority, then locality, then address), followed by the endpoints of
 	// the service that were left out, in registry order.
-	Endpoints []ExplainedEndpoint `json:"endpoints"`
-}
-
-// ExplainedEndpoint is one endpoint of an Explanation.
-type ExplainedEndpoint struct {
-	// Address is "<ip>:<target port>" when the endpoint serves the port,
-	// else its IP alone.
-	Address  string          `json:"address"`
-	Cluster  model.ClusterID `json:"cluster"`
-	Locality model.Locality  `json:"locality"`
-	Pod      string          `json:"pod,omitempty"`
-	// Sent tells whether the proxy is sent the endpoint.
-	Sent bool `json:"sent"`
-	// Priority is the endpoint's priority in the assignment, 0 best; -1
-	// when it is not sent.
-	Priority int `json:"priority"`
-	// LocalityWeight is the weight of its locality in its priority.
-	LocalityWeight uint32 `json:"localityWeight,omitempty"`
-	// Reason says why the endpoint has its priority, or why it is not sent.
-	Reason string `json:"reason"`
+	Endpoints []debugdoc.ExplainedEndpoint `json:"endpoints"`
 }
 
 // ExplainEndpoints tells which endpoints of ms proxies of group g are sent
@@ -130,7 +112,7 @@ func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Des
 			}
 			sent[i] = true
 			ep := &ms.Endpoints[i]
-			x.Endpoints = append(x.Endpoints, ExplainedEndpoint{
+			x.Endpoints = append(x.Endpoints, debugdoc.ExplainedEndpoint{
 				Address: ap.String(), Cluster: ep.Cluster, Locality: ep.Locality, Pod: ep.Pod,
 				Sent: true, Priority: int(lle.GetPriority()), LocalityWeight: lle.GetLoadBalancingWeight().GetValue(),
 				Reason: prox.reason(ep),
@@ -142,7 +124,7 @@ func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Des
 			continue
 		}
 		ep := &ms.Endpoints[i]
-		e := ExplainedEndpoint{Address: ep.Address.String(), Cluster: ep.Cluster, Locality: ep.Locality, Pod: ep.Pod, Priority: -1}
+		e := debugdoc.ExplainedEndpoint{Address: ep.Address.String(), Cluster: ep.Cluster, Locality: ep.Locality, Pod: ep.Pod, Priority: -1}
 		if tp, ok := ep.TargetPort(sp); ok && validPort(tp) && ep.Address.IsValid() {
 			e.Address = netip.AddrPortFrom(ep.Address.Unmap().WithZone(""), uint16(tp)).String()
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,12 +28,7 @@ func explain(ctx context.Context, opts Options, stdout io.Writer) error {
 		return errors.New(doc.Error)
 	}
 	if opts.Output == outputJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(doc); err != nil {
-			return fmt.Errorf("writing JSON: %w", err)
-		}
-		return nil
+		return writeIndentedJSON(stdout, doc)
 	}
 	return writeExplain(stdout, doc)
 }

@@ -96,12 +96,7 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 		doc.Clusters = append(doc.Clusters, row)
 	}
 	if opts.Output == outputJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(doc); err != nil {
-			return fmt.Errorf("writing JSON: %w", err)
-		}
-		return nil
+		return writeIndentedJSON(stdout, doc)
 	}
 	return writeRemoteClusters(stdout, doc, haveOwners)
 }
