@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -56,6 +57,14 @@ func barChart(title, unit string, bars []bar) chartSVG {
 		return chartSVG(sb.String())
 	}
 	slot := (w - left) / float64(len(bars))
+	// Labels that would overlap are thinned to every step-th bar (the
+	// tooltip and the description keep them all): at 10 px a character is
+	// about 6 px wide.
+	widest := 0
+	for _, b := range bars {
+		widest = max(widest, utf8.RuneCountInString(b.Label))
+	}
+	step := max(1, int(math.Ceil(float64(widest)*6/slot)))
 	for i, b := range bars {
 		bh := 0.0
 		if maxV > 0 {
@@ -67,7 +76,10 @@ func barChart(title, unit string, bars []bar) chartSVG {
 		if b.Value > 0 {
 			fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f" class="value">%s</text>`, x+slot/2, h-bottom-bh-3, formatValue(b.Value))
 		}
-		fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f" class="label">%s</text></g>`, x+slot/2, h-bottom+14, template.HTMLEscapeString(b.Label))
+		if i%step == 0 {
+			fmt.Fprintf(&sb, `<text x="%.1f" y="%.1f" class="label">%s</text>`, x+slot/2, h-bottom+14, template.HTMLEscapeString(b.Label))
+		}
+		sb.WriteString(`</g>`)
 	}
 	sb.WriteString(`</svg>`)
 	return chartSVG(sb.String())

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 )
 
@@ -37,6 +38,13 @@ var funcs = template.FuncMap{
 			return "-"
 		}
 		return s
+	},
+	// locality is "region/zone/subzone", or "-" for none.
+	"locality": func(l model.Locality) string {
+		if l == (model.Locality{}) {
+			return "-"
+		}
+		return l.String()
 	},
 	"short":     short,
 	"proxyLink": proxyLink,
