@@ -10,13 +10,17 @@ BIN       := $(CURDIR)/bin
 ASSETS     = $(shell bash e2e/kubeassets/build.sh --print-dir)
 ENVOY_BIN  = $(shell bash e2e/envoyassets/install.sh --print-path)
 ISTIO_DIR  = $(shell bash e2e/istioassets/build.sh --print-dir)
+CHROMIUM   = $(shell bash e2e/browserassets/install.sh --print-path)
 E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_CTL_BIN=$(BIN)/meshfedctl MESHFED_AGENT_BIN=$(BIN)/meshfed-agent MESHFED_SPOKE_BIN=$(BIN)/meshfed-spoke \
-             MESHFED_ENVOY_BIN=$(ENVOY_BIN) MESHFED_PILOT_AGENT_BIN=$(ISTIO_DIR)/pilot-agent MESHFED_ISTIOCTL_BIN=$(ISTIO_DIR)/istioctl
+             MESHFED_ENVOY_BIN=$(ENVOY_BIN) MESHFED_PILOT_AGENT_BIN=$(ISTIO_DIR)/pilot-agent MESHFED_ISTIOCTL_BIN=$(ISTIO_DIR)/istioctl \
+             MESHFED_CHROMIUM_BIN=$(CHROMIUM)
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
 FUZZMINIMIZETIME ?= 100x
 FUZZ      ?= .
 BENCHTIME ?= 1x
+# Flags of the demo, e.g. `make demo DEMOFLAGS=--keep` to keep the fleet up.
+DEMOFLAGS ?=
 # The binaries `make build` puts into bin/: one per main package under the
 # cmd directories, named as `go build -o bin/` names them.
 CMD_BINS   = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./hub/cmd/... ./spoke/cmd/... | xargs -r -n1 basename)
@@ -31,7 +35,7 @@ STATICCHECK         := $(BIN)/tools/staticcheck-$(STATICCHECK_VERSION)-$(shell $
 PROTOS    := federation/peerpb/peer.proto hub/fleetstatus/fleetpb/fleet.proto
 PROTOGEN  := $(BIN)/tools/protogen
 
-.PHONY: build test test-unit e2e bench demo k8s-assets envoy istio-assets lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
+.PHONY: build test test-unit e2e bench demo k8s-assets envoy istio-assets browser lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
 
 build: ## build the binaries into bin/
 	@echo "==> build"
@@ -50,16 +54,21 @@ istio-assets: ## build Istio's pilot-agent and istioctl from the module proxy (c
 	@echo "==> istio-assets (pilot-agent and istioctl; a cold build takes ~9 min, later runs are instant)"
 	@bash e2e/istioassets/build.sh
 
-test: envoy istio-assets lint test-unit e2e ## everything CI runs
+browser: ## install Debian's chromium for the console's browser test (apt-get, once; MESHFED_CHROMIUM_BIN names another)
+	@echo "==> browser (Debian's chromium, headless; a cold apt-get install takes ~1 min, later runs are instant)"
+	@bash e2e/browserassets/install.sh
+
+test: envoy istio-assets browser lint test-unit e2e ## everything CI runs
 	@echo "==> all tests passed"
 
 test-unit: k8s-assets ## unit and envtest integration tests, with -race
 	@echo "==> unit and integration tests (-race)"
 	KUBEBUILDER_ASSETS=$(ASSETS) $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
 
-e2e: k8s-assets envoy istio-assets build ## end-to-end tests: real apiservers, hub processes, xDS clients, Envoy sidecars
+e2e: k8s-assets envoy istio-assets browser build ## end-to-end tests: real apiservers, hub processes, xDS clients, Envoy sidecars, a browser; artifacts (console screenshots) in bin/e2e-artifacts
 	@echo "==> end-to-end tests"
-	$(E2E_ENV) $(GO) test -count=1 -timeout 40m -p 1 ./e2e/...
+	rm -rf $(BIN)/e2e-artifacts && mkdir -p $(BIN)/e2e-artifacts
+	$(E2E_ENV) $(GO) test -count=1 -timeout 40m -p 1 -artifacts -outputdir $(BIN)/e2e-artifacts ./e2e/...
 
 bench: k8s-assets envoy build ## benchmarks: figures printed side by side
 	@echo "==> benchmarks"
@@ -68,7 +77,7 @@ bench: k8s-assets envoy build ## benchmarks: figures printed side by side
 
 demo: k8s-assets envoy build ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation
 	@echo "==> demo (Ctrl-C stops it and cleans up)"
-	$(E2E_ENV) $(GO) run ./e2e/cmd/meshfed-demo
+	$(E2E_ENV) $(GO) run ./e2e/cmd/meshfed-demo $(DEMOFLAGS)
 
 lint: fmt tidy-check generate-check $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy, generated code current, import rules
 	@echo "==> go vet"
