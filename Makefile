@@ -13,7 +13,7 @@ ISTIO_DIR  = $(shell bash e2e/istioassets/build.sh --print-dir)
 CHROMIUM   = $(shell bash e2e/browserassets/install.sh --print-path)
 E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_CTL_BIN=$(BIN)/meshfedctl MESHFED_AGENT_BIN=$(BIN)/meshfed-agent MESHFED_SPOKE_BIN=$(BIN)/meshfed-spoke \
              MESHFED_ENVOY_BIN=$(ENVOY_BIN) MESHFED_PILOT_AGENT_BIN=$(ISTIO_DIR)/pilot-agent MESHFED_ISTIOCTL_BIN=$(ISTIO_DIR)/istioctl \
-             MESHFED_CHROMIUM_BIN=$(CHROMIUM)
+             MESHFED_CHROMIUM_BIN=$(CHROMIUM) MESHFED_VERSION=$(MESHFED_VERSION)
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
 FUZZMINIMIZETIME ?= 100x
@@ -21,6 +21,16 @@ FUZZ      ?= .
 BENCHTIME ?= 1x
 # Flags of the demo, e.g. `make demo DEMOFLAGS=--keep` to keep the fleet up.
 DEMOFLAGS ?=
+# The version stamped into every binary (pkg/version): on or after a tag
+# v*, `git describe` (v1.2.0, or v1.2.0-3-gabc1234 three commits later);
+# before the first tag, v<VERSION file>-dev.<commit count>.g<commit>, a
+# pre-release of the version the VERSION file names; -dirty for a build of
+# uncommitted changes; without git, v<VERSION file>.
+VERSION_FILE     := $(shell cat $(CURDIR)/VERSION)
+MESHFED_REVISION := $(shell git rev-parse HEAD 2>/dev/null)
+MESHFED_DIRTY    := $(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+MESHFED_VERSION  := $(or $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null),$(if $(MESHFED_REVISION),v$(VERSION_FILE)-dev.$(shell git rev-list --count HEAD).g$(shell git rev-parse --short=12 HEAD)$(MESHFED_DIRTY),v$(VERSION_FILE)))
+LDFLAGS          := -X github.com/meshfed/meshfed/pkg/version.version=$(MESHFED_VERSION) -X github.com/meshfed/meshfed/pkg/version.revision=$(MESHFED_REVISION)
 # The binaries `make build` puts into bin/: one per main package under the
 # cmd directories, named as `go build -o bin/` names them.
 CMD_BINS   = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./hub/cmd/... ./spoke/cmd/... | xargs -r -n1 basename)
@@ -35,11 +45,15 @@ STATICCHECK         := $(BIN)/tools/staticcheck-$(STATICCHECK_VERSION)-$(shell $
 PROTOS    := federation/peerpb/peer.proto hub/fleetstatus/fleetpb/fleet.proto
 PROTOGEN  := $(BIN)/tools/protogen
 
-.PHONY: build test test-unit e2e bench demo k8s-assets envoy istio-assets browser lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
+.PHONY: version build test test-unit e2e bench demo k8s-assets envoy istio-assets browser lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
+
+version: ## print the version `make build` stamps into the binaries
+	@echo $(MESHFED_VERSION)
 
 build: ## build the binaries into bin/
 	@echo "==> build"
-	$(GO) build -o $(BIN)/ ./hub/cmd/... ./spoke/cmd/...
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./hub/cmd/... ./spoke/cmd/...
+	@echo "==> built $(CMD_BINS) $(MESHFED_VERSION)"
 
 k8s-assets: ## build kube-apiserver and etcd from the module proxy (cached in bin/k8s)
 	@echo "==> k8s-assets (kube-apiserver and etcd for envtest; a cold build takes ~8 min, later runs are instant)"

@@ -42,6 +42,7 @@ import (
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
+	"github.com/meshfed/meshfed/pkg/version"
 )
 
 // Options configure the hub. DefaultOptions gives the defaults.
@@ -175,7 +176,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log := opts.Log.WithValues("replica", opts.ReplicaID)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewCollector())
 
 	// One scheme and one uncached client of the config cluster serve the
 	// start-up reads (peer CA, workload CA keys); the manager watches.

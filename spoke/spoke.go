@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
 
+	"github.com/meshfed/meshfed/pkg/version"
 	"github.com/meshfed/meshfed/spoke/inject"
 	"github.com/meshfed/meshfed/spoke/shim"
 	"github.com/meshfed/meshfed/spoke/validate"
@@ -148,6 +149,9 @@ func Run(ctx context.Context, opts Options) error {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if err := reg.Register(version.NewCollector()); err != nil {
+		return fmt.Errorf("spoke: metrics: %w", err)
 	}
 	certs, caFunc, err := servingCert(opts)
 	if err != nil {

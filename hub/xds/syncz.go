@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/proxystatus/csds"
+	"github.com/meshfed/meshfed/pkg/version"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
@@ -95,17 +94,10 @@ type buildInfo struct {
 // controlPlaneOf returns the identifier of replica's answers, with the
 // hub's build as its version.
 func controlPlaneOf(replica string) *corev3.ControlPlane {
-	info := buildInfo{GolangVersion: runtime.Version(), BuildStatus: "Clean"}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		info.Version = bi.Main.Version
-		for _, s := range bi.Settings {
-			switch {
-			case s.Key == "vcs.revision":
-				info.GitRevision = s.Value
-			case s.Key == "vcs.modified" && s.Value == "true":
-				info.BuildStatus = "Modified"
-			}
-		}
+	v := version.Get()
+	info := buildInfo{Version: v.Version, GitRevision: v.Revision, GolangVersion: v.GoVersion, GitTag: v.Version, BuildStatus: "Clean"}
+	if strings.HasSuffix(v.Version, "-dirty") {
+		info.BuildStatus = "Modified"
 	}
 	// Marshalling strings cannot fail.
 	id, _ := json.Marshal(controlPlaneInstance{Component: "meshfed-hub", ID: ControlPlaneID, Info: info, Replica: replica})

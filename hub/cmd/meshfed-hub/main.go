@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshfed/meshfed/hub"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/version"
 )
 
 func main() {
@@ -64,7 +65,12 @@ func main() {
 	caDNSNames := fs.String("ca-dns-names", "", "comma-separated DNS names of the CA's serving certificate (default istiod.<namespace>.svc,meshfed-hub.<namespace>.svc)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println("meshfed-hub", version.Get())
+		return
+	}
 	for _, j := range strings.Split(*join, ",") {
 		if j = strings.TrimSpace(j); j != "" {
 			opts.Join = append(opts.Join, j)

@@ -24,6 +24,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/meshfed/meshfed/pkg/version"
 	"github.com/meshfed/meshfed/spoke/podagent"
 )
 
@@ -51,7 +52,12 @@ func main() {
 	fs.DurationVar(&opts.CertRefreshInterval, "cert-refresh-interval", opts.CertRefreshInterval, "how often the application's gRPC re-reads the certificate files (bootstrap file_watcher refresh_interval)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	_ = fs.Parse(args)
+	if *showVersion {
+		fmt.Println("meshfed-agent", version.Get())
+		return
+	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "meshfed-agent: unexpected argument %q (the only subcommand is agent, first)\n", fs.Arg(0))
 		fs.Usage()

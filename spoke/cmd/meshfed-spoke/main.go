@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -16,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/meshfed/meshfed/pkg/version"
 	"github.com/meshfed/meshfed/spoke"
 )
 
@@ -41,7 +41,12 @@ func main() {
 	rootNS := fs.String("root-cert-namespace-selector", "", "label selector of the namespaces that get istio-ca-root-cert (all but kube-system, kube-public, kube-node-lease when empty)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println("meshfed-spoke", version.Get())
+		return
+	}
 
 	ref, err := spoke.ParseConfigMapRef(*cm)
 	if err != nil {
@@ -55,9 +60,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		opts.Shim.Version = bi.Main.Version
-	}
+	opts.Shim.Version = version.Get().Version
 	opts.DevCertHosts = nil
 	for _, h := range strings.Split(*devHosts, ",") {
 		if h = strings.TrimSpace(h); h != "" {
