@@ -272,18 +272,24 @@ func overviewMatches(ctx context.Context, tab *framework.Tab, h *framework.Hub, 
 
 // csdsCount is the number of proxies h's CSDS answer lists.
 func csdsCount(ctx context.Context, h *framework.Hub) (int, error) {
+	configs, err := fetchCSDS(ctx, h)
+	return len(configs), err
+}
+
+// fetchCSDS asks h's plaintext xDS port for every proxy's client status.
+func fetchCSDS(ctx context.Context, h *framework.Hub) ([]*statusv3.ClientConfig, error) {
 	cc, err := grpc.NewClient(h.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := statusv3.NewClientStatusDiscoveryServiceClient(cc).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{ExcludeResourceContents: true})
 	if err != nil {
-		return 0, fmt.Errorf("CSDS of %s: %w", h.ReplicaID(), err)
+		return nil, fmt.Errorf("CSDS of %s: %w", h.ReplicaID(), err)
 	}
-	return len(resp.GetConfig()), nil
+	return resp.GetConfig(), nil
 }
 
 // ownedBy lists the clusters replica watches.

@@ -13,6 +13,7 @@ import (
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/federation/gossip"
 	"github.com/meshfed/meshfed/hub/replication"
+	"github.com/meshfed/meshfed/pkg/version"
 )
 
 func newReplicator(ctx context.Context, opts Options, c client.Client, deps replication.Deps, log logr.Logger, reg prometheus.Registerer) (*replication.Replicator, error) {
@@ -40,7 +41,7 @@ func newReplicator(ctx context.Context, opts Options, c client.Client, deps repl
 		Self:       federation.ReplicaID(opts.ReplicaID),
 		GossipAddr: opts.GossipAddr, GossipAdvertiseAddr: opts.GossipAdvertiseAddr,
 		Join: opts.Join, GossipKey: key,
-		PeerAddr: opts.PeerAddr, PeerAdvertiseAddr: peerAdvertiseAddr(opts),
+		PeerAddr: opts.PeerAddr, PeerAdvertiseAddr: peerAdvertiseAddr(opts), Version: version.Get().Version,
 		ServerTLS: serverTLS, ClientTLS: clientTLS,
 		Log: log.WithName("federation"), Metrics: reg, Clock: opts.Clock,
 	}, deps)

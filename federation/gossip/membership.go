@@ -82,6 +82,9 @@ type MembershipOptions struct {
 	// PeerAddr is this replica's peer gRPC address, published to the
 	// others in the node metadata.
 	PeerAddr string
+	// Version is this replica's build version, published in the node
+	// metadata so that every replica can tell which build runs where.
+	Version string
 	// Config, if set, adjusts the memberlist configuration after the
 	// defaults (see membershipConfig) are applied; for tests. It must not
 	// replace Name, Delegate, Events, Logger or LogOutput: those are reset.
@@ -109,6 +112,9 @@ type Member struct {
 	PeerAddr string
 	// GossipAddr is the ip:port the member gossips on.
 	GossipAddr string
+	// Version is the member's build version from its node metadata; empty
+	// if it published none.
+	Version string
 }
 
 // Membership tracks the live hub replicas with hashicorp/memberlist:
@@ -155,12 +161,12 @@ func NewMembership(opts MembershipOptions) (*Membership, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidGossipKey, err)
 		}
 	}
-	meta, err := json.Marshal(nodeMeta{Peer: opts.PeerAddr, V: metaVersion})
+	meta, err := json.Marshal(nodeMeta{Peer: opts.PeerAddr, Build: opts.Version, V: metaVersion})
 	if err != nil {
 		return nil, fmt.Errorf("gossip: encode node metadata: %w", err)
 	}
 	if len(meta) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("%w: PeerAddr too long for node metadata (%d > %d bytes)",
+		return nil, fmt.Errorf("%w: PeerAddr and Version too long for node metadata (%d > %d bytes)",
 			ErrInvalidMembershipOptions, len(meta), memberlist.MetaMaxSize)
 	}
 	metrics := newMembershipMetrics()
@@ -213,7 +219,7 @@ func NewMembership(opts MembershipOptions) (*Membership, error) {
 	}
 	m.list = list
 	local := list.LocalNode()
-	m.self = Member{ID: opts.ReplicaID, PeerAddr: opts.PeerAddr, GossipAddr: local.Address()}
+	m.self = Member{ID: opts.ReplicaID, PeerAddr: opts.PeerAddr, GossipAddr: local.Address(), Version: opts.Version}
 	return m, nil
 }
 
@@ -419,6 +425,7 @@ func (m *Membership) memberFromNode(n *memberlist.Node) Member {
 		return mem
 	}
 	mem.PeerAddr = meta.Peer
+	mem.Version = meta.Build
 	return mem
 }
 
@@ -426,7 +433,9 @@ func (m *Membership) memberFromNode(n *memberlist.Node) Member {
 // memberlist.MetaMaxSize (512 bytes).
 type nodeMeta struct {
 	Peer string `json:"peer"`
-	V    int    `json:"v"`
+	// Build is the replica's version; replicas older than it publish none.
+	Build string `json:"build,omitempty"`
+	V     int    `json:"v"`
 }
 
 // gossipState is the JSON a replica sends on push/pull. memberlist does

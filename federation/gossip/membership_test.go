@@ -101,6 +101,7 @@ func newGossipNode(t *testing.T, id string, opts ...gossipOpt) *gossipNode {
 		BindAddr:  "127.0.0.1:0",
 		Key:       gossipTestKey,
 		PeerAddr:  "peer-" + id + ":15012",
+		Version:   "v0.1.0-" + id,
 		Log:       n.logs.logger().WithName(id),
 		Metrics:   n.reg,
 	}
@@ -243,6 +244,11 @@ func TestMembershipMembersSeeEachOther(t *testing.T) {
 		}
 		if got, want := n.Self().PeerAddr, "peer-"+n.Self().ID.String()+":15012"; got != want {
 			t.Errorf("%s: Self().PeerAddr = %q, want %q", n.Self().ID, got, want)
+		}
+		for _, m := range n.Members() {
+			if m.Version != "v0.1.0-"+m.ID.String() {
+				t.Errorf("%s sees %s at version %q, want what it published", n.Self().ID, m.ID, m.Version)
+			}
 		}
 		if n.Self().GossipAddr != n.LocalAddr() {
 			t.Errorf("%s: advertised %s, bound %s", n.Self().ID, n.Self().GossipAddr, n.LocalAddr())

@@ -170,6 +170,13 @@ func warnings(now time.Time, reg debugdoc.Registryz, fed debugdoc.Federationz, r
 			warn = append(warn, Warning{"warning", fmt.Sprintf("the spoke of cluster %s has no open stream (last seen %s)", sp.Cluster, sp.LastSeen.UTC().Format(time.RFC3339)), "/ui/clusters/" + url.PathEscape(string(sp.Cluster))})
 		}
 	}
+	if vs := fed.Versions(); len(vs) > 1 {
+		var parts []string
+		for _, v := range vs {
+			parts = append(parts, fmt.Sprintf("%s on %s", cmp.Or(v.Version, "unknown"), strings.Join(v.Replicas, ", ")))
+		}
+		warn = append(warn, Warning{"warning", fmt.Sprintf("the replicas run %d builds: %s", len(vs), strings.Join(parts, "; ")), "/ui/replicas"})
+	}
 	for _, s := range fed.Suspects {
 		warn = append(warn, Warning{"warning", fmt.Sprintf("replica %s is suspected gone: its peer stream broke", s), "/ui/replicas"})
 	}

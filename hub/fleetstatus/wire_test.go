@@ -16,7 +16,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	spokes := []debugdoc.Spoke{{Cluster: "c1", Version: "v1", ConnectedAt: t0, LastSeen: t0, Healthy: true, Streams: 2, Hubs: []string{"hub-0"}}}
 	for _, b := range []batch{
 		{Full: true, Changed: []proxystatus.Record{{Proxy: "sidecar~10.0.0.1~a.demo~demo.svc.cluster.local", Name: "a.demo", Cluster: "c1",
-			Replica: "hub-0", Connected: t0, LastChange: t0, Version: "1.28", Namespace: "demo", Locality: "us-east/us-east-1a/",
+			Replica: "hub-0", HubVersion: "v0.1.0", Connected: t0, LastChange: t0, Version: "1.28", Namespace: "demo", Locality: "us-east/us-east-1a/",
 			Types: map[string]proxystatus.TypeStatus{"CDS": {TypeURL: "type.googleapis.com/envoy.config.cluster.v3.Cluster",
 				Sent: "3", SentNonce: "n3", Acked: "2", AckedNonce: "n2", Nack: "bad", NackVersion: "3",
 				Status: proxystatus.StatusError, SentAt: t0, AckedAt: t0, AckedEpoch: 4, NackEpoch: 5}}}}, Spokes: &spokes,

@@ -24,7 +24,7 @@ func (r *Replicator) Federationz() debugdoc.Federationz {
 	}
 	for _, m := range r.membership.Members() {
 		out.Members = append(out.Members, debugdoc.FederationzMember{
-			ID: string(m.ID), GossipAddr: m.GossipAddr, PeerAddr: m.PeerAddr, Connected: connected[m.ID] || m.ID == r.opts.Self,
+			ID: string(m.ID), GossipAddr: m.GossipAddr, PeerAddr: m.PeerAddr, Version: m.Version, Connected: connected[m.ID] || m.ID == r.opts.Self,
 		})
 	}
 	digest := r.members.store.Digest()

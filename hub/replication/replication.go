@@ -32,6 +32,10 @@ type Options struct {
 	PeerAddr, PeerAdvertiseAddr string
 	ServerTLS, ClientTLS        *tls.Config
 
+	// Version is this replica's build version, published to the others
+	// over gossip (and shown per member in Federationz).
+	Version string
+
 	// PeerConnectGrace is how long a gossip member may stay without a peer
 	// stream before it is set aside as suspect. Only one side of a pair
 	// dials, so a replica that joins after a peer died never sees that
@@ -143,7 +147,7 @@ func New(opts Options, deps Deps) (*Replicator, error) {
 	r.registerOwned(opts.Metrics, deps.Store, deps.Ownership)
 	r.membership, err = gossip.NewMembership(gossip.MembershipOptions{
 		ReplicaID: opts.Self, BindAddr: opts.GossipAddr, AdvertiseAddr: opts.GossipAdvertiseAddr,
-		Join: opts.Join, Key: opts.GossipKey, PeerAddr: opts.PeerAdvertiseAddr,
+		Join: opts.Join, Key: opts.GossipKey, PeerAddr: opts.PeerAdvertiseAddr, Version: opts.Version,
 		LocalState: deps.Store.Digest, MergeState: r.clusters.mergeDigest,
 		Log: opts.Log.WithName("gossip"), Metrics: opts.Metrics,
 	})

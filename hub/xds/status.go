@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/pkg/proxystatus"
+	"github.com/meshfed/meshfed/pkg/version"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
@@ -38,6 +39,7 @@ const recentResponses = 4
 // newer stream's record stands for it.
 type StatusTracker struct {
 	replica     string
+	hubVersion  string // this replica's build, in every record
 	clk         clock.PassiveClock
 	convergence *prometheus.HistogramVec
 	changes     chan struct{}
@@ -102,8 +104,8 @@ func NewStatusTracker(replica string, clk clock.PassiveClock, reg prometheus.Reg
 		clk = clock.RealClock{}
 	}
 	t := &StatusTracker{
-		replica: replica,
-		clk:     clk,
+		replica: replica, hubVersion: version.Get().Version,
+		clk: clk,
 		convergence: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "meshfed_xds_proxy_convergence_seconds",
 			Help: "Time from sending an xDS response to receiving the proxy's ACK of it, by xDS type.",
@@ -414,7 +416,7 @@ func (t *StatusTracker) newestLocked(node string) *proxyStream {
 
 func (t *StatusTracker) recordLocked(s *proxyStream) proxystatus.Record {
 	r := proxystatus.Record{
-		Proxy: s.node, Name: s.name, Cluster: s.cluster, Replica: t.replica,
+		Proxy: s.node, Name: s.name, Cluster: s.cluster, Replica: t.replica, HubVersion: t.hubVersion,
 		Connected: s.connected, LastChange: s.lastChange, Version: s.version,
 		Namespace: s.namespace, Locality: s.locality,
 		Types: make(map[string]proxystatus.TypeStatus, len(s.types)),

@@ -1,6 +1,11 @@
 package debugdoc
 
-import "github.com/meshfed/meshfed/pkg/model"
+import (
+	"maps"
+	"slices"
+
+	"github.com/meshfed/meshfed/pkg/model"
+)
 
 // Federationz is the document of /debug/federationz: the live members as
 // this replica sees them, and each cluster's owners and the version of its
@@ -25,6 +30,9 @@ type FederationzMember struct {
 	ID         string `json:"id"`
 	GossipAddr string `json:"gossipAddr"`
 	PeerAddr   string `json:"peerAddr"`
+	// Version is the member's build version (meshfed-hub --version), as
+	// it publishes it over gossip.
+	Version string `json:"version,omitempty"`
 	// Connected: this replica holds a peer stream to it (always for self).
 	Connected bool `json:"connected"`
 }
@@ -51,4 +59,26 @@ func (f *Federationz) Owners(id model.ClusterID) []string {
 		}
 	}
 	return nil
+}
+
+// VersionGroup is one build version and the members running it.
+type VersionGroup struct {
+	// Version is empty for members that publish none.
+	Version  string
+	Replicas []string
+}
+
+// Versions groups the members by build version, sorted by version, each
+// group's replicas sorted: more than one group means a fleet of mixed
+// builds (mid-upgrade, or one forgotten).
+func (f *Federationz) Versions() []VersionGroup {
+	by := map[string][]string{}
+	for _, m := range f.Members {
+		by[m.Version] = append(by[m.Version], m.ID)
+	}
+	out := make([]VersionGroup, 0, len(by))
+	for _, v := range slices.Sorted(maps.Keys(by)) {
+		out = append(out, VersionGroup{Version: v, Replicas: slices.Sorted(slices.Values(by[v]))})
+	}
+	return out
 }

@@ -142,8 +142,10 @@ type Record struct {
 	Name string `json:"name,omitempty"`
 	// Cluster is the proxy's CLUSTER_ID node metadata.
 	Cluster string `json:"cluster,omitempty"`
-	// Replica is the hub replica serving the proxy.
-	Replica string `json:"replica,omitempty"`
+	// Replica is the hub replica serving the proxy, HubVersion that
+	// replica's build version.
+	Replica    string `json:"replica,omitempty"`
+	HubVersion string `json:"hubVersion,omitempty"`
 	// Types holds a TypeStatus per subscribed type, keyed by ShortType.
 	Types map[string]TypeStatus `json:"types,omitempty"`
 	// Connected is when the proxy's stream opened; LastChange when anything

@@ -94,6 +94,9 @@ func WriteDetail(w io.Writer, r Record) error {
 	fmt.Fprintf(tw, "PROXY:\t%s\n", orDash(r.Proxy))
 	fmt.Fprintf(tw, "CLUSTER:\t%s\n", orDash(r.Cluster))
 	fmt.Fprintf(tw, "HUB:\t%s\n", orDash(r.Replica))
+	if r.HubVersion != "" {
+		fmt.Fprintf(tw, "HUB VERSION:\t%s\n", r.HubVersion)
+	}
 	fmt.Fprintf(tw, "VERSION:\t%s\n", orDash(r.Version))
 	fmt.Fprintf(tw, "CONNECTED:\t%s\n", formatTime(r.Connected))
 	fmt.Fprintf(tw, "LAST CHANGE:\t%s\n", formatTime(r.LastChange))

@@ -5,6 +5,7 @@
 //	meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
 //	meshfedctl config-status [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
 //	meshfedctl explain [--monitoring ADDR] [-o table|json] [--subset NAME] PROXY HOST[:PORT]
+//	meshfedctl version [--monitoring ADDR] [-o table|json]
 //
 // proxy-status asks the hub's CSDS service (envoy.service.status.v3, on the
 // xDS port, plaintext) for the fleet-wide proxy status and prints it with
@@ -73,6 +74,15 @@
 // out, with why (not ready, not in the subset, ...). It fails, saying why,
 // for an unknown proxy, host, port or subset. -o json writes the
 // debugdoc.Explainz document.
+//
+// version prints meshfedctl's own version, revision and Go version; with
+// --monitoring also REPLICA VERSION for every live replica of the fleet, as
+// the answering replica's /debug/federationz lists them (each replica
+// publishes its version over gossip), and a line naming the builds when
+// the fleet runs more than one. -o json writes
+//
+//	{"client": {"version": "v0.1.0", "revision": "…", "goVersion": "go1.26.8"},
+//	 "replicas": [{"replica": "hub-0", "version": "v0.1.0"}, …], "builds": 1}
 package main
 
 import (

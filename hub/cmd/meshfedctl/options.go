@@ -17,6 +17,7 @@ const (
 	cmdConfigStatus   = "config-status"
 	cmdRemoteSecret   = "create-remote-secret"
 	cmdExplain        = "explain"
+	cmdVersion        = "version"
 )
 
 // Output formats.
@@ -43,6 +44,9 @@ type Options struct {
 	Object string
 	// ExplainHost, for explain, is HOST[:PORT]; ExplainSubset a subset.
 	ExplainHost, ExplainSubset string
+	// FleetVersions, for version, asks the hub at Monitoring for every
+	// replica's version (set when --monitoring is given).
+	FleetVersions bool
 	// Timeout bounds each call to the hub.
 	Timeout time.Duration
 	// RemoteSecret holds the flags of create-remote-secret.
@@ -69,6 +73,7 @@ const usage = `usage:
   meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NAMESPACE/NAME]
   meshfedctl config-status [--monitoring ADDR] [-o table|json] [KIND/NAMESPACE/NAME]
   meshfedctl explain [--monitoring ADDR] [-o table|json] [--subset NAME] PROXY HOST[:PORT]
+  meshfedctl version [--monitoring ADDR] [-o table|json]
   meshfedctl create-remote-secret --name CLUSTER_ID [--kubeconfig PATH] [--context CTX]
       [--service-account meshfed-reader] [--sa-namespace istio-system] [--token-ttl 720h]
       [--secret-namespace istio-system] [--apply-to CONFIG_KUBECONFIG [--rotate]]
@@ -101,6 +106,11 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	case cmdExplain:
 		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
 		fs.StringVar(&opts.ExplainSubset, "subset", "", "a DestinationRule subset of the host")
+	case cmdVersion:
+		fs.Func("monitoring", "address of a hub's monitoring port: also list every replica's version", func(v string) error {
+			opts.Monitoring, opts.FleetVersions = v, true
+			return nil
+		})
 	case cmdRemoteSecret:
 		rs := &opts.RemoteSecret
 		fs.StringVar(&rs.Name, "name", "", "cluster ID of the workload cluster (the secret's data key)")

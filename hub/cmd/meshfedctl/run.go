@@ -40,6 +40,8 @@ func run(ctx context.Context, opts Options, stdout io.Writer) error {
 		return createRemoteSecret(ctx, opts.RemoteSecret, stdout)
 	case cmdExplain:
 		return explain(ctx, opts, stdout)
+	case cmdVersion:
+		return printVersion(ctx, opts, stdout)
 	}
 	return fmt.Errorf("unknown command %q", opts.Command)
 }

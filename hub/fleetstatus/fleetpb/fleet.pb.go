@@ -109,6 +109,7 @@ type Record struct {
 	Version            string                 `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
 	Namespace          string                 `protobuf:"bytes,9,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Locality           string                 `protobuf:"bytes,10,opt,name=locality,proto3" json:"locality,omitempty"`
+	HubVersion         string                 `protobuf:"bytes,11,opt,name=hub_version,json=hubVersion,proto3" json:"hub_version,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -209,6 +210,13 @@ func (x *Record) GetNamespace() string {
 func (x *Record) GetLocality() string {
 	if x != nil {
 		return x.Locality
+	}
+	return ""
+}
+
+func (x *Record) GetHubVersion() string {
+	if x != nil {
+		return x.HubVersion
 	}
 	return ""
 }
@@ -659,7 +667,7 @@ const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	"\achanged\x18\x02 \x03(\v2\x1e.meshfed.fleetstatus.v1.RecordR\achanged\x12\x18\n" +
 	"\aremoved\x18\x03 \x03(\tR\aremoved\x126\n" +
 	"\x06spokes\x18\x04 \x01(\v2\x1e.meshfed.fleetstatus.v1.SpokesR\x06spokes\x126\n" +
-	"\x06ledger\x18\x05 \x01(\v2\x1e.meshfed.fleetstatus.v1.LedgerR\x06ledger\"\xd7\x02\n" +
+	"\x06ledger\x18\x05 \x01(\v2\x1e.meshfed.fleetstatus.v1.LedgerR\x06ledger\"\xf8\x02\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05proxy\x18\x01 \x01(\tR\x05proxy\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -671,7 +679,9 @@ const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	"\aversion\x18\b \x01(\tR\aversion\x12\x1c\n" +
 	"\tnamespace\x18\t \x01(\tR\tnamespace\x12\x1a\n" +
 	"\blocality\x18\n" +
-	" \x01(\tR\blocality\"\x8e\x03\n" +
+	" \x01(\tR\blocality\x12\x1f\n" +
+	"\vhub_version\x18\v \x01(\tR\n" +
+	"hubVersion\"\x8e\x03\n" +
 	"\n" +
 	"TypeStatus\x12\x14\n" +
 	"\x05short\x18\x01 \x01(\tR\x05short\x12\x19\n" +

@@ -20,6 +20,7 @@ import (
 const (
 	MetadataClusterID  = xdsnode.MetadataClusterID
 	MetadataReplica    = "MESHFED_REPLICA"
+	MetadataHubVersion = "MESHFED_HUB_VERSION"
 	MetadataConnected  = "MESHFED_CONNECTED"
 	MetadataLastChange = "MESHFED_LAST_CHANGE"
 	MetadataXDS        = "MESHFED_XDS"
@@ -83,6 +84,7 @@ func ClientConfig(r proxystatus.Record) *statusv3.ClientConfig {
 	}
 	setString(md, MetadataClusterID, r.Cluster)
 	setString(md, MetadataReplica, r.Replica)
+	setString(md, MetadataHubVersion, r.HubVersion)
 	setTime(md, MetadataConnected, r.Connected)
 	setTime(md, MetadataLastChange, r.LastChange)
 
@@ -159,11 +161,12 @@ func Record(cc *statusv3.ClientConfig) (proxystatus.Record, error) {
 	}
 	md := node.GetMetadata().GetFields()
 	r := proxystatus.Record{
-		Proxy:   node.GetId(),
-		Name:    xdsnode.NameOf(node.GetId()),
-		Cluster: md[MetadataClusterID].GetStringValue(),
-		Replica: md[MetadataReplica].GetStringValue(),
-		Version: node.GetUserAgentVersion(),
+		Proxy:      node.GetId(),
+		Name:       xdsnode.NameOf(node.GetId()),
+		Cluster:    md[MetadataClusterID].GetStringValue(),
+		Replica:    md[MetadataReplica].GetStringValue(),
+		HubVersion: md[MetadataHubVersion].GetStringValue(),
+		Version:    node.GetUserAgentVersion(),
 	}
 	var err error
 	if r.Connected, err = parseTime(md, MetadataConnected); err != nil {

@@ -21,7 +21,7 @@ func records() []proxystatus.Record {
 	return []proxystatus.Record{
 		{
 			Proxy: "sidecar~10.1.0.7~client.demo~demo.svc.cluster.local", Name: "client.demo",
-			Cluster: "cluster-1", Replica: "hub-0", Version: "1.85.0",
+			Cluster: "cluster-1", Replica: "hub-0", HubVersion: "v0.1.0", Version: "1.85.0",
 			Connected: t0, LastChange: t0.Add(2500 * time.Millisecond),
 			Types: map[string]proxystatus.TypeStatus{
 				"cds": {TypeURL: proxystatus.ClusterTypeURL, Sent: "3", SentNonce: "7", Acked: "3", AckedNonce: "7",

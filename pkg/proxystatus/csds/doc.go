@@ -10,6 +10,7 @@
 //   - Node.Metadata holds CLUSTER_ID (the proxy's cluster, as the proxy
 //     itself sets it) and meshfed's own keys:
 //     MESHFED_REPLICA, the hub replica serving the proxy (HUB in tables);
+//     MESHFED_HUB_VERSION, that replica's build version;
 //     MESHFED_CONNECTED and MESHFED_LAST_CHANGE, RFC 3339 times;
 //     MESHFED_XDS, a struct keyed by short type ("cds", "eds", …) whose
 //     values hold what CSDS has no field for: "sent" and "sentNonce" (the
