@@ -13,7 +13,7 @@ ISTIO_DIR  = $(shell bash e2e/istioassets/build.sh --print-dir)
 CHROMIUM   = $(shell bash e2e/browserassets/install.sh --print-path)
 E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_CTL_BIN=$(BIN)/meshfedctl MESHFED_AGENT_BIN=$(BIN)/meshfed-agent MESHFED_SPOKE_BIN=$(BIN)/meshfed-spoke \
              MESHFED_ENVOY_BIN=$(ENVOY_BIN) MESHFED_PILOT_AGENT_BIN=$(ISTIO_DIR)/pilot-agent MESHFED_ISTIOCTL_BIN=$(ISTIO_DIR)/istioctl \
-             MESHFED_CHROMIUM_BIN=$(CHROMIUM) MESHFED_VERSION=$(MESHFED_VERSION)
+             MESHFED_CHROMIUM_BIN=$(CHROMIUM) MESHFED_VERSION=$(MESHFED_VERSION) MESHFED_IMAGES_DIR=$(BIN)/images MESHFED_CHARTS_DIR=$(BIN)/charts
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
 FUZZMINIMIZETIME ?= 100x
@@ -40,12 +40,21 @@ CMD_BINS   = $(shell $(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK         := $(BIN)/tools/staticcheck-$(STATICCHECK_VERSION)-$(shell $(GO) env GOVERSION)/staticcheck
 
+# Images: static binaries on an empty base, one OCI image index per binary
+# (e2e/imagebuild, pinned in its own go.mod: no Docker engine, no registry).
+IMAGE_BINS      := meshfed-hub meshfed-spoke meshfed-agent
+IMAGE_PLATFORMS := linux/amd64 linux/arm64
+IMAGE_PKGS      := ./hub/cmd/meshfed-hub ./spoke/cmd/meshfed-spoke ./spoke/cmd/meshfed-agent
+IMAGEBUILD      := $(BIN)/tools/imagebuild
+# The commit's time: image timestamps, so one commit gives one digest.
+MESHFED_CREATED := $(or $(shell git log -1 --format=%ct 2>/dev/null),0)
+
 # Generated code: the .proto files and the Go files protoc-gen-go makes of
 # them, with e2e/protogen (pure Go, pinned in its own go.mod: no protoc).
 PROTOS    := federation/peerpb/peer.proto hub/fleetstatus/fleetpb/fleet.proto
 PROTOGEN  := $(BIN)/tools/protogen
 
-.PHONY: version build test test-unit e2e bench demo k8s-assets envoy istio-assets browser lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
+.PHONY: version build images chart-packages test test-unit e2e bench demo k8s-assets envoy istio-assets browser lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
 
 version: ## print the version `make build` stamps into the binaries
 	@echo $(MESHFED_VERSION)
@@ -54,6 +63,20 @@ build: ## build the binaries into bin/
 	@echo "==> build"
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/ ./hub/cmd/... ./spoke/cmd/...
 	@echo "==> built $(CMD_BINS) $(MESHFED_VERSION)"
+
+images: ## OCI images of meshfed-hub, meshfed-spoke and meshfed-agent for linux/amd64 and linux/arm64, as OCI layouts under bin/images/<name> (no Docker)
+	@echo "==> images $(MESHFED_VERSION) for $(IMAGE_PLATFORMS) (static binaries on an empty base, user 65532)"
+	cd e2e/imagebuild && $(GO) build -o $(IMAGEBUILD) .
+	@start=$$SECONDS; for p in $(IMAGE_PLATFORMS); do \
+	  echo "    go build $$p"; \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/images/$${p/\//-}/ $(IMAGE_PKGS); \
+	done; \
+	for b in $(IMAGE_BINS); do \
+	  $(IMAGEBUILD) -out $(BIN)/images/$$b -name $$b -version $(MESHFED_VERSION) -revision $(MESHFED_REVISION) -created $(MESHFED_CREATED) \
+	    $(foreach p,$(IMAGE_PLATFORMS),$(p)=$(BIN)/images/$(subst /,-,$(p))/$$b); \
+	  echo "    $(BIN)/images/$$b: $$(du -sh $(BIN)/images/$$b | cut -f1) on disk ($(IMAGE_PLATFORMS))"; \
+	done; \
+	echo "==> images built in $$((SECONDS - start)) s"
 
 k8s-assets: ## build kube-apiserver and etcd from the module proxy (cached in bin/k8s)
 	@echo "==> k8s-assets (kube-apiserver and etcd for envtest; a cold build takes ~8 min, later runs are instant)"
@@ -79,7 +102,7 @@ test-unit: k8s-assets ## unit and envtest integration tests, with -race
 	@echo "==> unit and integration tests (-race)"
 	KUBEBUILDER_ASSETS=$(ASSETS) $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
 
-e2e: k8s-assets envoy istio-assets browser build ## end-to-end tests: real apiservers, hub processes, xDS clients, Envoy sidecars, a browser; artifacts (console screenshots) in bin/e2e-artifacts
+e2e: k8s-assets envoy istio-assets browser build images chart-packages ## end-to-end tests: real apiservers, hub processes, xDS clients, Envoy sidecars, a browser; artifacts (console screenshots) in bin/e2e-artifacts
 	@echo "==> end-to-end tests"
 	rm -rf $(BIN)/e2e-artifacts && mkdir -p $(BIN)/e2e-artifacts
 	$(E2E_ENV) $(GO) test -count=1 -timeout 40m -p 1 -artifacts -outputdir $(BIN)/e2e-artifacts ./e2e/...
@@ -125,7 +148,11 @@ generate: ## regenerate the Go code of the .proto files
 generate-check: generate ## the committed generated code is what `make generate` writes
 	@if ! git diff --quiet -- $(PROTOS:.proto=.pb.go); then git diff --stat -- $(PROTOS:.proto=.pb.go); echo "generated code is stale: run make generate and commit"; exit 1; fi
 
-charts: ## render and lint the Helm charts (no apiserver needed)
+chart-packages: ## package both Helm charts, stamped with the version, into bin/charts/<name>-<version>.tgz
+	@echo "==> chart-packages $(MESHFED_VERSION)"
+	$(GO) run ./e2e/cmd/meshfed-chartpack -version $(MESHFED_VERSION) -out $(BIN)/charts remote-charts/hub remote-charts/spoke
+
+charts: chart-packages ## render and lint the Helm charts (no apiserver needed), and package them
 	$(GO) test -count=1 -run 'TestChartsLint|TestSpokeChart|TestHubChart|TestChartSchema' ./e2e/
 
 fuzz: ## run every fuzz target (matching the regexp FUZZ) for FUZZTIME each, minimizing new inputs for FUZZMINIMIZETIME, and print each one's rate
