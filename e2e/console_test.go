@@ -34,22 +34,9 @@ import (
 // (go test -artifacts; make e2e keeps them in bin/e2e-artifacts).
 func TestFleetConsole(t *testing.T) {
 	browser := framework.StartTestBrowser(t)
-	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(3)})
+	f, hubs, _, _ := gossipFleet(t, threeRegionsN(3), 2, 2)
+	h0, h1 := hubs[0], hubs[1]
 	ctx := t.Context()
-	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-	}
-	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
-		t.Fatal(err)
-	}
-	key := gossipKey(t, f)
-	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key})
-	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
-	hubs := []*framework.Hub{h0, h1}
 	// A proxyless client in each cluster, alternating between the replicas.
 	for i, r := range f.Remotes() {
 		expectClusters(t, clientIn(t, f, hubs[i%2], r.ID), 10, r.ID)

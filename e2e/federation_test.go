@@ -22,11 +22,24 @@ import (
 // all in one secret) and n hub replicas that gossip with one key.
 func federatedFleet(t *testing.T, n int) (*framework.Fleet, []*framework.Hub, map[model.ClusterID]*framework.Workload, string) {
 	t.Helper()
-	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(5)})
+	return gossipFleet(t, threeRegionsN(5), 2, n)
+}
+
+// gossipFleet starts a fleet of the given remote clusters, each with
+// echoReplicas ready echo endpoints in namespace demo (none for 0), one
+// remote secret "remotes" naming them all, and n hub replicas that gossip
+// encrypted with one key, the later ones joining the first. It returns the
+// workloads by cluster and the key's file.
+func gossipFleet(t *testing.T, remotes []framework.RemoteClusterOptions, echoReplicas, n int) (*framework.Fleet, []*framework.Hub, map[model.ClusterID]*framework.Workload, string) {
+	t.Helper()
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: remotes})
 	ctx := t.Context()
 	workloads := map[model.ClusterID]*framework.Workload{}
 	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
+		if echoReplicas == 0 {
+			break
+		}
+		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: echoReplicas})
 		if err != nil {
 			t.Fatal(err)
 		}

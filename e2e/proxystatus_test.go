@@ -34,23 +34,9 @@ type proxyJSON struct {
 // NACKing proxy shows ERROR with its message; a dead replica's proxies
 // leave the list.
 func TestFleetProxyStatus(t *testing.T) {
-	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(3)})
+	f, hubs, _, _ := gossipFleet(t, threeRegionsN(3), 1, 3)
+	h0, h1, h2 := hubs[0], hubs[1], hubs[2]
 	ctx := t.Context()
-	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-	}
-	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
-		t.Fatal(err)
-	}
-	key := gossipKey(t, f)
-	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key})
-	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
-	h2 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
-	hubs := []*framework.Hub{h0, h1, h2}
 
 	// One proxyless gRPC client per replica, each in its own cluster.
 	want := map[string][2]string{} // name -> cluster, replica

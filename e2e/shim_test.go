@@ -287,14 +287,8 @@ func TestShimTrustBundle(t *testing.T) {
 // replica, and every replica reports it in remote-clusters — healthy, with
 // the replica holding it, and down once the spoke is gone.
 func TestSpokeStatusFleetWide(t *testing.T) {
-	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: framework.Remotes(1)})
-	ctx := t.Context()
-	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
-		t.Fatal(err)
-	}
-	key := gossipKey(t, f)
-	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key})
-	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
+	f, hubs, _, _ := gossipFleet(t, framework.Remotes(1), 0, 2)
+	h0, h1 := hubs[0], hubs[1]
 	r := f.Remotes()[0]
 	_, pool := waitTrustBundle(t, h0)
 	stop := runTestShim(t, testShimOptions(t, r, h0.CAAddr(), pool))

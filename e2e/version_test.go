@@ -49,14 +49,9 @@ func TestVersionStamp(t *testing.T) {
 		t.Errorf("meshfedctl version = %q, %v; want it to start with %q", out, err, prefix)
 	}
 
-	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: framework.Remotes(1)})
+	f, hubs, _, _ := gossipFleet(t, framework.Remotes(1), 1, 2)
+	h0, h1 := hubs[0], hubs[1]
 	ctx := t.Context()
-	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
-		t.Fatal(err)
-	}
-	key := gossipKey(t, f)
-	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key})
-	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}})
 	buildInfo := fmt.Sprintf(`revision=%q,version=%q} 1`, rev, want)
 	for _, h := range []*framework.Hub{h0, h1} {
 		m, err := h.Metrics(ctx)
@@ -104,11 +99,6 @@ func TestVersionStamp(t *testing.T) {
 
 	// A proxy on h1, read through h0's CSDS: the serving replica's build.
 	r := f.Remotes()[0]
-	w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Stop)
 	expectClusters(t, clientIn(t, f, h1, r.ID), 3, r.ID)
 	testutil.Eventually(t, converge, poll, func() error {
 		versions, err := csdsHubVersions(ctx, h0)
