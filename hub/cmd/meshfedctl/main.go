@@ -18,19 +18,23 @@
 //
 // remote-clusters reads the hub's /debug/registryz and /debug/federationz
 // (the latter optional) from the monitoring port and prints CLUSTER SECRET
-// STATE OWNERS SERVICES ENDPOINTS ERROR, then any rejected secrets. -o json
-// writes
+// STATE SINCE STALE OWNERS SERVICES ENDPOINTS SPOKE ERROR, where SINCE is
+// when the cluster entered its state and STALE its stale-endpoint policy
+// (with when its endpoints were dropped under it), then any rejected
+// secrets. -o json writes
 //
 //	{
 //	  "replica": "hub-0",
 //	  "clusters": [{"cluster": "cluster-1", "secret": "istio-system/remote-1",
 //	                "state": "synced", "owners": ["hub-1"], "services": 3,
-//	                "endpoints": 12, "error": ""}],
+//	                "endpoints": 12, "error": "", "since": "2026-12-03T09:00:00Z",
+//	                "stalePolicy": "keep"}],
 //	  "secretErrors": [{"secret": "istio-system/bad", "error": "…"}]
 //	}
 //
 // where "owners" is left out when unknown: the hub has no
-// /debug/federationz, or no replica owns the cluster.
+// /debug/federationz, or no replica owns the cluster; "endpointsDropped"
+// appears once a drop-after policy dropped the cluster's endpoints.
 //
 // istio-config reads /debug/configz and prints every Istio object the hub
 // read (VirtualService, DestinationRule, ServiceEntry, Sidecar,

@@ -280,9 +280,11 @@ func monitoringServer(t *testing.T, fed *debugdoc.Federationz) string {
 	reg := debugdoc.Registryz{
 		Replica: "hub-0",
 		Clusters: []debugdoc.RegistryzCluster{
-			{ID: "cluster-1", Secret: "istio-system/remote-1", State: debugdoc.ClusterSynced, Generation: 4, Services: 12, Endpoints: 48},
+			{ID: "cluster-1", Secret: "istio-system/remote-1", State: debugdoc.ClusterSynced, Generation: 4, Services: 12, Endpoints: 48,
+				Since: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC), StalePolicy: "keep"},
 			{ID: "cluster-2", Secret: "istio-system/remote-1", State: debugdoc.ClusterReplicated, Services: 3, Endpoints: 6},
 			{ID: "cluster-3", Secret: "istio-system/remote-3", State: debugdoc.ClusterUnreachable,
+				Since: time.Date(2026, 12, 3, 9, 58, 0, 0, time.UTC), StalePolicy: "drop-after=30s", EndpointsDropped: time.Date(2026, 12, 3, 9, 58, 30, 0, time.UTC),
 				Error: "Get \"https://10.9.0.1:6443/api\":\n dial tcp 10.9.0.1:6443: i/o timeout"},
 			{ID: "cluster-4", Secret: "istio-system/remote-4", State: debugdoc.ClusterInvalid, Error: "kubeconfig uses an exec plugin"},
 		},
@@ -359,6 +361,9 @@ func TestRemoteClustersJSON(t *testing.T) {
 		}
 		if !reflect.DeepEqual(c.Owners, wantOwners) {
 			t.Fatalf("owners %v, want %v", c.Owners, wantOwners)
+		}
+		if c := doc.Clusters[2]; c.StalePolicy != "drop-after=30s" || c.Since.IsZero() || !c.EndpointsDropped.Equal(time.Date(2026, 12, 3, 9, 58, 30, 0, time.UTC)) {
+			t.Fatalf("cluster-3's staleness: %+v", c)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 )
@@ -31,6 +32,13 @@ type remoteCluster struct {
 	Services  int      `json:"services"`
 	Endpoints int      `json:"endpoints"`
 	Error     string   `json:"error"`
+	// Since is when the cluster entered State on the answering replica.
+	Since time.Time `json:"since,omitzero"`
+	// StalePolicy is what becomes of its endpoints while it is
+	// unreachable ("keep" or "drop-after=<duration>"); EndpointsDropped is
+	// when they were dropped under it, absent while they are served.
+	StalePolicy      string    `json:"stalePolicy,omitempty"`
+	EndpointsDropped time.Time `json:"endpointsDropped,omitzero"`
 	// Spoke is the spoke's version and health, "" when its trust-bundle
 	// stream is not on the answering replica.
 	Spoke string `json:"spoke,omitempty"`
@@ -89,6 +97,7 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 		row := remoteCluster{
 			Cluster: id, Secret: c.Secret, State: string(c.State),
 			Services: c.Services, Endpoints: c.Endpoints, Error: c.Error, Spoke: spokes[id],
+			Since: c.Since, StalePolicy: c.StalePolicy, EndpointsDropped: c.EndpointsDropped,
 		}
 		if haveOwners {
 			row.Owners = owners[id]
@@ -103,13 +112,21 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 
 func writeRemoteClusters(w io.Writer, doc remoteClustersDoc, haveOwners bool) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tSECRET\tSTATE\tOWNERS\tSERVICES\tENDPOINTS\tSPOKE\tERROR")
+	fmt.Fprintln(tw, "CLUSTER\tSECRET\tSTATE\tSINCE\tSTALE\tOWNERS\tSERVICES\tENDPOINTS\tSPOKE\tERROR")
 	for _, c := range doc.Clusters {
 		own := "-"
 		if haveOwners && len(c.Owners) > 0 {
 			own = strings.Join(c.Owners, ",")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Cluster, dash(c.Secret), dash(c.State), own,
+		since := "-"
+		if !c.Since.IsZero() {
+			since = c.Since.UTC().Format(time.RFC3339)
+		}
+		stale := dash(c.StalePolicy)
+		if !c.EndpointsDropped.IsZero() {
+			stale += " (dropped " + c.EndpointsDropped.UTC().Format(time.RFC3339) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Cluster, dash(c.Secret), dash(c.State), since, stale, own,
 			strconv.Itoa(c.Services), strconv.Itoa(c.Endpoints), dash(c.Spoke), dash(oneLine(c.Error)))
 	}
 	if err := tw.Flush(); err != nil {
