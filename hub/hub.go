@@ -66,6 +66,10 @@ type Options struct {
 	// clusters with an UpstreamTlsContext, inbound listeners requiring
 	// client certificates (certificate provider instance "default").
 	XDSMTLS bool
+	// XDSLimits bound the ADS streams of both xDS ports together: a cap on
+	// open streams, a rate of new ones, a handshake timeout (zero values:
+	// xds' defaults).
+	XDSLimits xds.Limits
 	// MonitoringAddr serves /metrics, /healthz, /readyz and /debug/.
 	MonitoringAddr string
 	// ReplicaID names this hub replica.
@@ -177,6 +181,8 @@ func Run(ctx context.Context, opts Options) error {
 	log := opts.Log.WithValues("replica", opts.ReplicaID)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewCollector())
+	// One admission for both xDS ports (plaintext and the CA's TLS port).
+	admission := xds.NewAdmission(opts.XDSLimits, opts.Clock, reg)
 
 	// One scheme and one uncached client of the config cluster serve the
 	// start-up reads (peer CA, workload CA keys); the manager watches.
@@ -243,7 +249,7 @@ func Run(ctx context.Context, opts Options) error {
 			CertTTL:       opts.WorkloadCertTTL, MaxCertTTL: opts.MaxWorkloadCertTTL, DNSNames: dns, IPs: ips,
 			RetireGrace: opts.RootRetireGrace, RootSpread: opts.RootSpread,
 			Services:    []func(grpc.ServiceRegistrar){func(r grpc.ServiceRegistrar) { xdsServer.RegisterAuthenticated(r) }},
-			GRPCOptions: xds.GRPCOptions(),
+			GRPCOptions: admission.ServerOptions(),
 			Clock:       opts.Clock, Metrics: reg, Log: log,
 		})
 		if err != nil {
@@ -266,6 +272,7 @@ func Run(ctx context.Context, opts Options) error {
 		Replica: opts.ReplicaID, Clock: opts.Clock,
 		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
 		Tracker: tracker, Ledger: ledger, StatusSource: fleet, Authn: authn,
+		Admission: admission,
 	})
 	// Every replica reads the mesh's Istio config; one per object writes
 	// its status.

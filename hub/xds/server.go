@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
@@ -74,6 +73,11 @@ type Options struct {
 	// StatusSource is what CSDS answers from; nil means the tracker, that
 	// is this replica's proxies only.
 	StatusSource StatusSource
+	// Admission limits the ADS streams of the plaintext port; the hub
+	// builds it first and gives the CA's port the same one
+	// (Admission.ServerOptions), so that the limits hold for both. Nil
+	// means one of the server's own with the default Limits, unmetered.
+	Admission *Admission
 	// Authn authenticates the streams of the services RegisterAuthenticated
 	// puts on another gRPC server (the CA's TLS port). The plaintext port
 	// does not use it.
@@ -183,24 +187,10 @@ func New(opts Options) *Server {
 // authenticated by Options.Authn and held against its node at its first
 // request, each CSDS call authenticated. Streams are served by the same
 // stream server and caches as the plaintext port's, and end when Run ends.
-// r's server should carry GRPCOptions.
+// r's server should carry the ServerOptions of Options.Admission.
 func (s *Server) RegisterAuthenticated(r grpc.ServiceRegistrar) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r, authenticatedADS{inner: s.xds})
 	statusv3.RegisterClientStatusDiscoveryServiceServer(r, authenticatedCSDS{inner: s.csds, authn: s.authn})
-}
-
-// GRPCOptions are the server options xDS streams need: a keepalive policy
-// that lets proxies ping (pilot-agent and Envoy keep their control-plane
-// connection alive with pings that grpc-go's default policy punishes),
-// and room for large requests (a NACK's error, a Delta subscription of
-// thousands of names).
-func GRPCOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.MaxConcurrentStreams(1 << 20),
-		grpc.MaxRecvMsgSize(4 << 20),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
-	}
 }
 
 // Status returns the tracker of this replica's proxies' sync status.
@@ -231,7 +221,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.addr = lis.Addr()
 	close(s.ready)
-	gs := grpc.NewServer(GRPCOptions()...)
+	adm := s.opts.Admission
+	if adm == nil {
+		adm = NewAdmission(Limits{}, s.clk, nil)
+	}
+	gs := grpc.NewServer(adm.ServerOptions()...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, s.xds)
 	statusv3.RegisterClientStatusDiscoveryServiceServer(gs, s.csds)
 

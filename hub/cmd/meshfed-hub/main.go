@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/meshfed/meshfed/hub"
+	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/version"
 )
@@ -29,6 +30,10 @@ func main() {
 	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the remote secrets")
 	fs.StringVar(&opts.XDSAddr, "xds-addr", opts.XDSAddr, "plaintext, unauthenticated ADS and CSDS listen address (in-cluster and test use); empty turns it off")
 	fs.BoolVar(&opts.XDSMTLS, "xds-mtls", opts.XDSMTLS, "send mTLS in xDS (clusters, inbound listeners); proxies need certificate provider \"default\" in their bootstrap")
+	fs.IntVar(&opts.XDSLimits.MaxStreams, "xds-max-streams", xds.DefaultMaxStreams, "ADS streams open at once over both xDS ports; more are refused with RESOURCE_EXHAUSTED")
+	fs.Float64Var(&opts.XDSLimits.StreamRate, "xds-stream-rate", xds.DefaultStreamRate, "new ADS streams a second accepted over both xDS ports, on average")
+	fs.IntVar(&opts.XDSLimits.StreamBurst, "xds-stream-burst", xds.DefaultStreamBurst, "new ADS streams accepted at once beyond --xds-stream-rate (a reconnect storm)")
+	fs.DurationVar(&opts.XDSLimits.HandshakeTimeout, "xds-handshake-timeout", xds.DefaultHandshakeTimeout, "time a new xDS connection has for its TLS handshake and HTTP/2 preface")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of /metrics, /healthz, /readyz and /debug/")
 	fs.StringVar(&opts.ReplicaID, "replica-id", hostname(), "name of this hub replica")
 	fs.DurationVar(&opts.ClusterSyncTimeout, "cluster-sync-timeout", opts.ClusterSyncTimeout, "how long readiness waits for remote clusters to sync")

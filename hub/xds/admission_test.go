@@ -1,0 +1,160 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcstatus "google.golang.org/grpc/status"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/pkg/xdsgen"
+)
+
+// admittedServer runs a server on one shard whose streams are admitted by a
+// new Admission over l, on clk.
+func admittedServer(t *testing.T, l Limits, clk *clocktesting.FakeClock) (*Server, *Admission) {
+	t.Helper()
+	st := store.New(store.Options{Self: "test"})
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	adm := NewAdmission(l, clk, reg)
+	return runServer(t, Options{Registry: st, Metrics: reg, Admission: adm}), adm
+}
+
+// firstAnswer opens an ADS stream and returns the error of its first
+// answer to an EDS request (nil when it is answered).
+func firstAnswer(t *testing.T, addr string) (*adsClient, error) {
+	t.Helper()
+	a := newADS(t, addr, "c1", "r1")
+	// A refused stream may end before the request is sent: Send then says
+	// io.EOF, and Recv has the status (as grpc-go documents).
+	err := a.stream.Send(&discoveryv3.DiscoveryRequest{
+		Node: a.node, TypeUrl: resourcev3.EndpointType, ResourceNames: []string{xdsgen.ClusterName(echo, 8080)},
+	})
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	_, err = a.stream.Recv()
+	return a, err
+}
+
+func wantExhausted(t *testing.T, err error, says string) {
+	t.Helper()
+	if st, _ := grpcstatus.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), says) {
+		t.Fatalf("got %v, want RESOURCE_EXHAUSTED saying %q", err, says)
+	}
+}
+
+// TestStreamLimit: beyond MaxStreams a stream is refused with
+// RESOURCE_EXHAUSTED naming the limit, and counted; the open streams keep
+// being served; once one closes, a new stream is admitted. CSDS is not
+// limited.
+func TestStreamLimit(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	s, adm := admittedServer(t, Limits{MaxStreams: 2}, clk)
+	addr := s.Addr().String()
+	first, err := firstAnswer(t, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := firstAnswer(t, addr); err != nil {
+		t.Fatal(err)
+	}
+	_, err = firstAnswer(t, addr)
+	wantExhausted(t, err, "2 ADS streams open, its limit")
+	if n := promtestutil.ToFloat64(adm.refused.WithLabelValues(reasonStreamLimit)); n != 1 {
+		t.Errorf("refused{stream_limit} = %v, want 1", n)
+	}
+	if n := promtestutil.ToFloat64(adm.gauge); n != 2 {
+		t.Errorf("meshfed_xds_streams_open = %v, want 2", n)
+	}
+	// CSDS still answers while ADS is full.
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := statusv3.NewClientStatusDiscoveryServiceClient(cc).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{}); err != nil {
+		t.Errorf("CSDS at the stream limit: %v", err)
+	}
+	// An open stream is untouched: it ACKs and is answered again on a
+	// new subscription.
+	first.request(resourcev3.ClusterType, "", "")
+	if r := first.recv(); r.GetTypeUrl() != resourcev3.ClusterType {
+		t.Errorf("open stream answered %s", r.GetTypeUrl())
+	}
+	first.disconnect()
+	deadline := time.Now().Add(10 * time.Second)
+	for promtestutil.ToFloat64(adm.gauge) != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := firstAnswer(t, addr); err != nil {
+		t.Errorf("after a stream closed: %v", err)
+	}
+}
+
+// TestStreamRate: beyond the burst, new streams are refused until the
+// rate lets more in (on the injected clock).
+func TestStreamRate(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	s, adm := admittedServer(t, Limits{StreamRate: 1, StreamBurst: 2}, clk)
+	addr := s.Addr().String()
+	for range 2 {
+		if _, err := firstAnswer(t, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := firstAnswer(t, addr)
+	wantExhausted(t, err, "more than 1 new ADS streams a second (burst 2)")
+	if n := promtestutil.ToFloat64(adm.refused.WithLabelValues(reasonStreamRate)); n != 1 {
+		t.Errorf("refused{stream_rate} = %v, want 1", n)
+	}
+	clk.Step(time.Second)
+	if _, err := firstAnswer(t, addr); err != nil {
+		t.Errorf("a second later: %v", err)
+	}
+}
+
+// TestHandshakeTimeout: a connection that sends nothing is closed by the
+// server after HandshakeTimeout.
+func TestHandshakeTimeout(t *testing.T) {
+	s, _ := admittedServer(t, Limits{HandshakeTimeout: 300 * time.Millisecond}, clocktesting.NewFakeClock(time.Now()))
+	conn, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 64)
+	for {
+		if _, err := conn.Read(buf); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("a silent connection was still open after 10 s")
+			}
+			break // closed by the server
+		}
+	}
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Errorf("closed after %v, before the handshake timeout", d)
+	}
+	t.Logf("silent connection closed after %v", time.Since(start).Round(time.Millisecond))
+}
