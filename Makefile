@@ -11,9 +11,11 @@ ASSETS     = $(shell bash e2e/kubeassets/build.sh --print-dir)
 ENVOY_BIN  = $(shell bash e2e/envoyassets/install.sh --print-path)
 ISTIO_DIR  = $(shell bash e2e/istioassets/build.sh --print-dir)
 CHROMIUM   = $(shell bash e2e/browserassets/install.sh --print-path)
+HELM_BIN   = $(shell bash e2e/helmassets/build.sh --print-path)
 E2E_ENV    = KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_CTL_BIN=$(BIN)/meshfedctl MESHFED_AGENT_BIN=$(BIN)/meshfed-agent MESHFED_SPOKE_BIN=$(BIN)/meshfed-spoke \
              MESHFED_ENVOY_BIN=$(ENVOY_BIN) MESHFED_PILOT_AGENT_BIN=$(ISTIO_DIR)/pilot-agent MESHFED_ISTIOCTL_BIN=$(ISTIO_DIR)/istioctl \
-             MESHFED_CHROMIUM_BIN=$(CHROMIUM) MESHFED_VERSION=$(MESHFED_VERSION) MESHFED_IMAGES_DIR=$(BIN)/images MESHFED_CHARTS_DIR=$(BIN)/charts
+             MESHFED_CHROMIUM_BIN=$(CHROMIUM) MESHFED_VERSION=$(MESHFED_VERSION) MESHFED_IMAGES_DIR=$(BIN)/images MESHFED_CHARTS_DIR=$(BIN)/charts \
+             MESHFED_HELM_BIN=$(HELM_BIN)
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v '/e2e')
 FUZZTIME  ?= 30s
 FUZZMINIMIZETIME ?= 100x
@@ -54,7 +56,7 @@ MESHFED_CREATED := $(or $(shell git log -1 --format=%ct 2>/dev/null),0)
 PROTOS    := federation/peerpb/peer.proto hub/fleetstatus/fleetpb/fleet.proto
 PROTOGEN  := $(BIN)/tools/protogen
 
-.PHONY: version build images chart-packages test test-unit e2e bench demo k8s-assets envoy istio-assets browser lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
+.PHONY: version build images chart-packages test test-unit e2e bench demo k8s-assets envoy istio-assets browser helm lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
 
 version: ## print the version `make build` stamps into the binaries
 	@echo $(MESHFED_VERSION)
@@ -95,14 +97,18 @@ browser: ## install Debian's chromium for the console's browser test (apt-get, o
 	@echo "==> browser (Debian's chromium, headless; a cold apt-get install takes ~1 min, later runs are instant)"
 	@bash e2e/browserassets/install.sh
 
-test: envoy istio-assets browser lint test-unit e2e ## everything CI runs
+helm: ## build the helm CLI from the module proxy (pinned, cached in bin/helm) for the install e2e test
+	@echo "==> helm (the helm CLI; a cold build takes ~2 min, later runs are instant)"
+	@bash e2e/helmassets/build.sh
+
+test: envoy istio-assets browser helm lint test-unit e2e ## everything CI runs
 	@echo "==> all tests passed"
 
 test-unit: k8s-assets ## unit and envtest integration tests, with -race
 	@echo "==> unit and integration tests (-race)"
 	KUBEBUILDER_ASSETS=$(ASSETS) $(GO) test -race -count=1 -timeout 20m $(UNIT_PKGS)
 
-e2e: k8s-assets envoy istio-assets browser build images chart-packages ## end-to-end tests: real apiservers, hub processes, xDS clients, Envoy sidecars, a browser; artifacts (console screenshots) in bin/e2e-artifacts
+e2e: k8s-assets envoy istio-assets browser helm build images chart-packages ## end-to-end tests: real apiservers, hub processes, xDS clients, Envoy sidecars, a browser; artifacts (console screenshots) in bin/e2e-artifacts
 	@echo "==> end-to-end tests"
 	rm -rf $(BIN)/e2e-artifacts && mkdir -p $(BIN)/e2e-artifacts
 	$(E2E_ENV) $(GO) test -count=1 -timeout 40m -p 1 -artifacts -outputdir $(BIN)/e2e-artifacts ./e2e/...

@@ -85,27 +85,35 @@ func renderChart(dir, namespace string, values map[string]any) (*rendered, error
 		if !strings.HasSuffix(name, ".yaml") {
 			continue
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(files[name]), 4096)
-		for {
-			var obj map[string]any
-			if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			if len(obj) == 0 {
-				continue
-			}
-			u := &unstructured.Unstructured{Object: obj}
-			key := u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
-			if out.byKey[key] != nil {
-				return nil, fmt.Errorf("%s: %s rendered twice", name, key)
-			}
-			out.byKey[key] = u
-			out.objects = append(out.objects, u)
+		if err := out.add(name, files[name]); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// add decodes the YAML stream text (from source, for errors) and adds its
+// objects; empty documents are skipped, an object twice is an error.
+func (r *rendered) add(source, text string) error {
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(text), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", source, err)
+		}
+		if len(obj) == 0 {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		key := u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
+		if r.byKey[key] != nil {
+			return fmt.Errorf("%s: %s rendered twice", source, key)
+		}
+		r.byKey[key] = u
+		r.objects = append(r.objects, u)
+	}
 }
 
 func mustRender(t *testing.T, dir, namespace string, values map[string]any) *rendered {
