@@ -77,6 +77,12 @@ type Options struct {
 	// ClusterSyncTimeout bounds how long readiness waits for remote
 	// clusters to list; slower clusters are reported unreachable.
 	ClusterSyncTimeout time.Duration
+	// ClusterProbeInterval is how often each remote apiserver is probed
+	// (one small list): how soon an outage is seen (the stale policy's
+	// drop-after timer starts at the first failed probe) and a return
+	// restarts the cluster's watches. Zero: 5s, or ClusterSyncTimeout
+	// when that is shorter.
+	ClusterProbeInterval time.Duration
 	// DomainSuffix of service hostnames.
 	DomainSuffix string
 	// DiscoverySelector is a label selector of namespaces whose services
@@ -142,10 +148,13 @@ func DefaultOptions() Options {
 		// healthy network, short enough that one dead cluster does not keep
 		// a new replica out of its load balancer for long.
 		ClusterSyncTimeout: 30 * time.Second,
-		DomainSuffix:       model.DefaultDomainSuffix,
-		ConfigClusterID:    "config",
-		GossipAddr:         ":7946",
-		PeerAddr:           ":15011",
+		// A dead apiserver is seen within 5s; a probe is one small list,
+		// light even for many clusters.
+		ClusterProbeInterval: 5 * time.Second,
+		DomainSuffix:         model.DefaultDomainSuffix,
+		ConfigClusterID:      "config",
+		GossipAddr:           ":7946",
+		PeerAddr:             ":15011",
 		// One watcher per remote cluster keeps the load on remote
 		// apiservers flat however many replicas serve; every replica still
 		// serves every cluster from the replicated state.
@@ -203,13 +212,14 @@ func Run(ctx context.Context, opts Options) error {
 	st := store.New(store.Options{Self: self, Clock: opts.Clock})
 	status := remotes.NewStatus(opts.Clock, reg)
 	provider := remotes.NewProvider(remotes.ProviderOptions{
-		Remover: st, Status: status, Ownership: own, Log: log.WithName("remotes"),
+		Remover: st, Status: status, Ownership: own, Log: log.WithName("remotes"), Clock: opts.Clock,
 	})
 	watcher := remotes.NewWatcher(remotes.WatcherOptions{
 		Sink: st, Status: status, DomainSuffix: opts.DomainSuffix,
 		DiscoverySelector: selector, SyncTimeout: opts.ClusterSyncTimeout,
-		Reconnect: provider.Reconnect,
-		Clock:     opts.Clock, Log: log.WithName("watcher"),
+		ProbeInterval: opts.ClusterProbeInterval,
+		Reconnect:     provider.Reconnect,
+		Clock:         opts.Clock, Log: log.WithName("watcher"),
 	})
 	mgr, err := mcmanager.New(cfg, provider, manager.Options{
 		Scheme:                 scheme,

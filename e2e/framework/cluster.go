@@ -358,16 +358,24 @@ func (r *RemoteCluster) HubKubeconfig() []byte { return r.hubKubeconfig }
 // bound but not listening, so connections are refused at once for as long
 // as the fleet lives.
 func (r *RemoteCluster) DeadKubeconfig() ([]byte, error) {
-	cfg, err := clientcmd.Load(r.hubKubeconfig)
+	return KubeconfigVia(r.hubKubeconfig, "127.0.0.1:"+strconv.Itoa(r.deadPort))
+}
+
+// KubeconfigVia returns kubeconfig with every cluster's server replaced by
+// https://<addr>: a TCP proxy in front of the apiserver that a test can cut
+// and restore (an envtest apiserver's serving certificate names 127.0.0.1,
+// so a loopback address verifies).
+func KubeconfigVia(kubeconfig []byte, addr string) ([]byte, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("framework: parsing hub kubeconfig of %s: %w", r.ID, err)
+		return nil, fmt.Errorf("framework: parsing kubeconfig: %w", err)
 	}
 	for _, cl := range cfg.Clusters {
-		cl.Server = "https://127.0.0.1:" + strconv.Itoa(r.deadPort)
+		cl.Server = "https://" + addr
 	}
 	out, err := clientcmd.Write(*cfg)
 	if err != nil {
-		return nil, fmt.Errorf("framework: writing dead kubeconfig of %s: %w", r.ID, err)
+		return nil, fmt.Errorf("framework: writing the kubeconfig via %s: %w", addr, err)
 	}
 	return out, nil
 }

@@ -100,7 +100,14 @@ func (p *process) terminate(sig syscall.Signal, grace time.Duration) error {
 		case <-p.done:
 			return nil
 		case <-time.After(grace):
-			p.stopErr = fmt.Errorf("framework: %s did not exit within %s of %s; killed", p.what, grace, sig)
+			p.stopErr = fmt.Errorf("framework: %s did not exit within %s of %s; killed (its goroutines are at the end of its log)", p.what, grace, sig)
+			// A Go program dumps every goroutine's stack on SIGQUIT: what
+			// held up its shutdown, for the log.
+			_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGQUIT)
+			select {
+			case <-p.done:
+			case <-time.After(2 * time.Second):
+			}
 		}
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)

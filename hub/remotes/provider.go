@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,7 +50,20 @@ type ProviderOptions struct {
 	// NewCluster builds a cluster from its client configuration; nil means
 	// NewRemoteCluster.
 	NewCluster func(id model.ClusterID, cfg *rest.Config, st *Status) (cluster.Cluster, error)
+	// StopGrace bounds how long the provider's end waits for the remote
+	// clusters' caches to stop; default DefaultStopGrace.
+	StopGrace time.Duration
+	// Clock times StopGrace; default the real clock.
+	Clock clock.Clock
 }
+
+// DefaultStopGrace is how long a stopping provider waits for the remote
+// clusters' caches. A reflector of client-go's watch-list mode (v0.36)
+// waits out its retry backoff, up to 30 s after an outage, without looking
+// at its context, so a hub stopped just after an apiserver came back would
+// otherwise outlive its termination grace; what has not stopped by then
+// ends with the process.
+const DefaultStopGrace = 2 * time.Second
 
 // Ownership tells whether this replica should watch a cluster. Owns must
 // be cheap and must not block; Changed signals (coalesced) that the answer
@@ -118,6 +133,12 @@ var (
 func NewProvider(opts ProviderOptions) *Provider {
 	if opts.NewCluster == nil {
 		opts.NewCluster = NewRemoteCluster
+	}
+	if opts.StopGrace == 0 {
+		opts.StopGrace = DefaultStopGrace
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	return &Provider{
 		opts:     opts,
@@ -486,13 +507,24 @@ func (p *Provider) removeCluster(id model.ClusterID) {
 	p.opts.Status.Delete(id)
 }
 
+// stopAll stops every remote cluster and waits, for at most StopGrace, for
+// their caches to stop (see DefaultStopGrace).
 func (p *Provider) stopAll() {
 	p.mu.Lock()
 	for _, r := range p.clusters {
 		r.cancel()
 	}
 	p.mu.Unlock()
-	p.wg.Wait()
+	stopped := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-p.opts.Clock.After(p.opts.StopGrace):
+		p.opts.Log.Info("remote cluster caches still stopping; not waiting for them", "grace", p.opts.StopGrace.String())
+	}
 }
 
 // NewRemoteCluster builds the cluster.Cluster of a remote: a cache of the

@@ -44,7 +44,7 @@ type WatcherOptions struct {
 	// reported unreachable (it keeps trying). Default 30s.
 	SyncTimeout time.Duration
 	// ProbeInterval is how often a cluster's reachability is probed (one
-	// small list request). Default 5s, or SyncTimeout when that is shorter.
+	// small list request). Default 5s; never longer than SyncTimeout.
 	ProbeInterval time.Duration
 	// Reconnect, when set, is called when a cluster's apiserver answers a
 	// probe again after failing one: it builds the cluster's client and
@@ -82,8 +82,9 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 		opts.SyncTimeout = 30 * time.Second
 	}
 	if opts.ProbeInterval == 0 {
-		opts.ProbeInterval = min(5*time.Second, opts.SyncTimeout)
+		opts.ProbeInterval = 5 * time.Second
 	}
+	opts.ProbeInterval = min(opts.ProbeInterval, opts.SyncTimeout)
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}

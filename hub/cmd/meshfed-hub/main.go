@@ -37,6 +37,7 @@ func main() {
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of /metrics, /healthz, /readyz and /debug/")
 	fs.StringVar(&opts.ReplicaID, "replica-id", hostname(), "name of this hub replica")
 	fs.DurationVar(&opts.ClusterSyncTimeout, "cluster-sync-timeout", opts.ClusterSyncTimeout, "how long readiness waits for remote clusters to sync")
+	fs.DurationVar(&opts.ClusterProbeInterval, "cluster-probe-interval", opts.ClusterProbeInterval, "how often each remote apiserver is probed: how soon an outage is seen (and a stale-endpoints drop-after timer starts) and a return restarts the cluster's watches; at most --cluster-sync-timeout")
 	fs.StringVar(&opts.DomainSuffix, "domain-suffix", opts.DomainSuffix, "cluster domain of service hostnames")
 	fs.StringVar(&opts.DiscoverySelector, "discovery-selector", "", "label selector of the namespaces to discover (all when empty)")
 	fs.StringVar(&opts.GossipAddr, "gossip-addr", opts.GossipAddr, "memberlist bind address (TCP and UDP) for replica gossip")

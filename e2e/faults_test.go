@@ -1,0 +1,291 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/hub/remotes"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
+	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
+)
+
+// The fault matrix of the hub: apiservers and peers cut and restored
+// through TCP proxies (an envtest apiserver cannot restart on the same
+// address and CA; a proxy cut and restored on its port is what a client
+// sees of a restart). Each test prints what it measured.
+
+const (
+	// outage is how long an apiserver stays down.
+	outage = 20 * time.Second
+	// probeEvery is the hub's --cluster-probe-interval in these tests.
+	probeEvery = time.Second
+)
+
+// outageFleet is two remote clusters, each its own region, with two echo
+// replicas each, and one hub probing every second. cluster-1's remote
+// secret reaches its apiserver through a TCP proxy the test can cut, and
+// carries the stale-endpoints policy given (none when empty).
+type outageFleet struct {
+	f         *framework.Fleet
+	hub       *framework.Hub
+	proxy     *testutil.TCPProxy
+	workloads map[model.ClusterID]*framework.Workload
+	// local lives in cluster-1 (served by cluster-1 while it has
+	// endpoints); elsewhere lives in no cluster (served by both).
+	local, elsewhere *framework.XDSConn
+	// endpoints is what cluster-1 contributes before the outage.
+	endpoints int
+}
+
+func startOutageFleet(t *testing.T, policy string) *outageFleet {
+	t.Helper()
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(2)})
+	ctx := t.Context()
+	of := &outageFleet{f: f, workloads: map[model.ClusterID]*framework.Workload{}}
+	for _, r := range f.Remotes() {
+		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		of.workloads[r.ID] = w
+	}
+	c1 := f.Remote("cluster-1")
+	of.proxy = testutil.StartTCPProxy(t, strings.TrimPrefix(c1.Host(), "https://"))
+	via, err := framework.KubeconfigVia(c1.HubKubeconfig(), of.proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Config().PutRawRemoteSecret(ctx, "remote-1", map[string][]byte{"cluster-1": via}); err != nil {
+		t.Fatal(err)
+	}
+	if policy != "" {
+		if err := f.Config().AnnotateRemoteSecret(ctx, "remote-1", map[string]string{remotes.AnnotationStaleEndpoints: policy}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Config().PutRemoteSecret(ctx, "remote-2", f.Remote("cluster-2")); err != nil {
+		t.Fatal(err)
+	}
+	of.hub = framework.StartTestHub(t, f, framework.HubOptions{Args: []string{"--cluster-probe-interval=" + probeEvery.String()}})
+	of.local = clientIn(t, f, of.hub, "cluster-1")
+	of.elsewhere = clientIn(t, f, of.hub, "cluster-9")
+	expectClusters(t, of.local, 20, "cluster-1")
+	expectClusters(t, of.elsewhere, 40, "cluster-1", "cluster-2")
+	c := registryzCluster(t, of.hub, "cluster-1")
+	if c.State != debugdoc.ClusterSynced || c.Endpoints == 0 {
+		t.Fatalf("before the outage cluster-1 is %s with %d endpoints, want synced with some", c.State, c.Endpoints)
+	}
+	of.endpoints = c.Endpoints
+	return of
+}
+
+// servedBy sends n RPCs and returns the clusters and the replicas (by
+// identity) that answered.
+func servedBy(ctx context.Context, conn *framework.XDSConn, n int) ([]model.ClusterID, map[string]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	counts, err := conn.Spread(ctx, n)
+	return slices.Sorted(maps.Keys(framework.ByCluster(counts))), counts, err
+}
+
+// waitState waits for cluster id to show state in the hub's registryz and
+// returns the document's entry.
+func waitState(t *testing.T, hub *framework.Hub, id model.ClusterID, state debugdoc.ClusterState) debugdoc.RegistryzCluster {
+	t.Helper()
+	var c debugdoc.RegistryzCluster
+	testutil.Eventually(t, converge, poll, func() error {
+		c = registryzCluster(t, hub, id)
+		if c.State != state {
+			return fmt.Errorf("%s is %s (%s), want %s", id, c.State, c.Error, state)
+		}
+		return nil
+	})
+	return c
+}
+
+// TestRemoteOutageKeep: cluster-1's apiserver is down for 20 s under the
+// default policy, keep. Its endpoints stay served (its workloads still
+// run), it shows unreachable since the cut with policy keep, another
+// cluster's change still reaches clients during the outage, and after the
+// return a change made in cluster-1 reaches clients at once (its watches
+// are restarted, not left to client-go's backoff). The hub never restarts.
+func TestRemoteOutageKeep(t *testing.T) {
+	of := startOutageFleet(t, "")
+	ctx := t.Context()
+	pid := of.hub.PID()
+
+	cut := time.Now()
+	of.proxy.Cut()
+	c := waitState(t, of.hub, "cluster-1", debugdoc.ClusterUnreachable)
+	t.Logf("outage seen after %v: state %s since %s, policy %q, error %q",
+		time.Since(cut).Round(time.Millisecond), c.State, c.Since.Format(time.RFC3339Nano), c.StalePolicy, c.Error)
+	if c.StalePolicy != "keep" {
+		t.Errorf("stale policy %q, want keep", c.StalePolicy)
+	}
+	if c.Since.Before(cut.Add(-time.Second)) {
+		t.Errorf("unreachable since %v, before the cut at %v", c.Since, cut)
+	}
+	if c.Endpoints != of.endpoints {
+		t.Errorf("cluster-1 contributes %d endpoints while unreachable, want its %d kept", c.Endpoints, of.endpoints)
+	}
+
+	// Another cluster's change during the outage reaches clients.
+	changed := time.Now()
+	if err := of.workloads["cluster-2"].Scale(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		_, counts, err := servedBy(ctx, of.elsewhere, 60)
+		if err != nil {
+			return err
+		}
+		if n := replicasOf(counts, "cluster-2"); n != 3 {
+			return fmt.Errorf("%d cluster-2 replicas answer, want 3 (%v)", n, counts)
+		}
+		return nil
+	})
+	t.Logf("cluster-2 scaled to 3 during cluster-1's outage: served after %v", time.Since(changed).Round(time.Millisecond))
+
+	// Until the return, cluster-1's endpoints keep serving its clients.
+	rounds := 0
+	testutil.Consistently(t, outage-time.Since(cut), time.Second, func() error {
+		rounds++
+		clusters, counts, err := servedBy(ctx, of.local, 10)
+		if err != nil {
+			return fmt.Errorf("during the outage: %w", err)
+		}
+		if !slices.Equal(clusters, []model.ClusterID{"cluster-1"}) {
+			return fmt.Errorf("during the outage under keep, answers came from %v (%v), want cluster-1 only", clusters, counts)
+		}
+		return nil
+	})
+	t.Logf("%d rounds of 10 RPCs during the %v outage, all served by cluster-1", rounds, outage)
+
+	if err := of.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	waitState(t, of.hub, "cluster-1", debugdoc.ClusterSynced)
+	t.Logf("synced %v after the return", time.Since(back).Round(time.Millisecond))
+
+	// A change made 1 s after the return.
+	time.Sleep(time.Until(back.Add(time.Second)))
+	changed = time.Now()
+	if err := of.workloads["cluster-1"].Scale(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, 20*time.Millisecond, func() error {
+		_, counts, err := servedBy(ctx, of.local, 30)
+		if err != nil {
+			return err
+		}
+		if n := replicasOf(counts, "cluster-1"); n != 3 {
+			return fmt.Errorf("%d cluster-1 replicas answer, want 3 (%v)", n, counts)
+		}
+		return nil
+	})
+	t.Logf("cluster-1 scaled to 3, 1 s after the return: all 3 answer after %v", time.Since(changed).Round(time.Millisecond))
+	if !of.hub.Running() || of.hub.PID() != pid {
+		t.Errorf("the hub restarted during the outage")
+	}
+}
+
+// TestRemoteOutageDropAfter: under drop-after=5s, cluster-1's endpoints
+// are still served 2 s into its apiserver's outage, leave the load
+// assignments within ~5 s (plus a probe and a push), so its clients fail
+// over to cluster-2, and come back after the return. Printed: the time to
+// fail over and the time to return.
+func TestRemoteOutageDropAfter(t *testing.T) {
+	const dropAfter = 5 * time.Second
+	of := startOutageFleet(t, "drop-after="+dropAfter.String())
+	ctx := t.Context()
+	pid := of.hub.PID()
+
+	cut := time.Now()
+	of.proxy.Cut()
+	time.Sleep(time.Until(cut.Add(2 * time.Second)))
+	if clusters, counts, err := servedBy(ctx, of.local, 10); err != nil {
+		t.Fatal(err)
+	} else if !slices.Equal(clusters, []model.ClusterID{"cluster-1"}) {
+		t.Errorf("2 s into the outage, before drop-after=%v, answers came from %v (%v), want cluster-1", dropAfter, clusters, counts)
+	}
+
+	testutil.Eventually(t, converge, 50*time.Millisecond, func() error {
+		clusters, counts, err := servedBy(ctx, of.local, 10)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(clusters, []model.ClusterID{"cluster-2"}) {
+			return fmt.Errorf("answers from %v (%v), want cluster-2 only", clusters, counts)
+		}
+		return nil
+	})
+	failover := time.Since(cut)
+	c := registryzCluster(t, of.hub, "cluster-1")
+	t.Logf("failed over to cluster-2 %v after the cut (drop-after=%v, probes every %v); registryz: %s, policy %q, dropped at +%v, %d endpoints",
+		failover.Round(time.Millisecond), dropAfter, probeEvery, c.State, c.StalePolicy,
+		c.EndpointsDropped.Sub(cut).Round(time.Millisecond), c.Endpoints)
+	if c.EndpointsDropped.IsZero() || c.Endpoints != 0 || c.StalePolicy != "drop-after=5s" {
+		t.Errorf("registryz of the dropped cluster: %+v", c)
+	}
+	m, err := of.hub.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(m, `meshfed_remote_cluster_errors_total{cluster="cluster-1",reason="endpoints_dropped"} 1`) {
+		t.Errorf("the drop is not counted in meshfed_remote_cluster_errors_total:\n%s", grepLines(m, "meshfed_remote_cluster_errors_total"))
+	}
+
+	time.Sleep(time.Until(cut.Add(outage)))
+	if err := of.proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	testutil.Eventually(t, converge, 50*time.Millisecond, func() error {
+		clusters, counts, err := servedBy(ctx, of.local, 10)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(clusters, []model.ClusterID{"cluster-1"}) {
+			return fmt.Errorf("answers from %v (%v), want cluster-1 again", clusters, counts)
+		}
+		return nil
+	})
+	t.Logf("served by cluster-1 again %v after the return", time.Since(back).Round(time.Millisecond))
+	if c := waitState(t, of.hub, "cluster-1", debugdoc.ClusterSynced); !c.EndpointsDropped.IsZero() || c.Endpoints != of.endpoints {
+		t.Errorf("after the return registryz says %+v, want %d endpoints and no drop", c, of.endpoints)
+	}
+	if !of.hub.Running() || of.hub.PID() != pid {
+		t.Errorf("the hub restarted during the outage")
+	}
+}
+
+// replicasOf counts the distinct replicas of cluster that answered.
+func replicasOf(counts map[string]int, cluster model.ClusterID) int {
+	n := 0
+	for id := range counts {
+		if strings.HasPrefix(id, string(cluster)+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// grepLines returns the lines of text that contain substr.
+func grepLines(text, substr string) string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, substr) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return strings.Join(out, "\n")
+}
