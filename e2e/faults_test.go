@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/hub/remotes"
+	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/testutil"
@@ -288,4 +292,137 @@ func grepLines(text, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestConfigClusterOutage: the config cluster's apiserver is down for 20 s.
+// The hub keeps serving from what it had: a remote change still reaches
+// clients, a new client is served in full, and a workload still gets its
+// certificate (its token is reviewed by its own cluster, the signing key is
+// in memory). A remote secret written during the outage is picked up after
+// the return (printed: how long after). The hub never restarts.
+func TestConfigClusterOutage(t *testing.T) {
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(2)})
+	ctx := t.Context()
+	workloads := map[model.ClusterID]*framework.Workload{}
+	for _, r := range f.Remotes() {
+		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		workloads[r.ID] = w
+	}
+	if err := f.Config().PutRemoteSecret(ctx, "remote-1", f.Remote("cluster-1")); err != nil {
+		t.Fatal(err)
+	}
+	proxy := testutil.StartTCPProxy(t, strings.TrimPrefix(f.Config().Host(), "https://"))
+	via, err := framework.KubeconfigVia(f.Config().Kubeconfig(), proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "config-via-proxy.kubeconfig")
+	if err := os.WriteFile(kubeconfig, via, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hub := framework.StartTestHub(t, f, framework.HubOptions{Args: []string{"--kubeconfig=" + kubeconfig}})
+	pid := hub.PID()
+	before := clientIn(t, f, hub, "cluster-9")
+	expectClusters(t, before, 20, "cluster-1")
+	roots := hubRoots(t, hub)
+	token := serviceAccountToken(t, f.Remote("cluster-1"), "demo", "echo", "istio-ca")
+
+	cut := time.Now()
+	proxy.Cut()
+
+	// A remote change during the outage reaches clients.
+	changed := time.Now()
+	if err := workloads["cluster-1"].Scale(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		_, counts, err := servedBy(ctx, before, 30)
+		if err != nil {
+			return err
+		}
+		if n := replicasOf(counts, "cluster-1"); n != 3 {
+			return fmt.Errorf("%d cluster-1 replicas answer, want 3 (%v)", n, counts)
+		}
+		return nil
+	})
+	t.Logf("config cluster down: a remote scale-up served after %v", time.Since(changed).Round(time.Millisecond))
+
+	// A client that connects during the outage is served in full.
+	during := clientIn(t, f, hub, "cluster-8")
+	expectClusters(t, during, 30, "cluster-1")
+
+	// A workload gets its certificate.
+	issued := time.Now()
+	leaf := workloadCertificate(t, hub, roots, "cluster-1", token)
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != "spiffe://cluster.local/ns/demo/sa/echo" {
+		t.Errorf("certificate issued during the outage names %v", leaf.URIs)
+	}
+	t.Logf("config cluster down: certificate issued in %v", time.Since(issued).Round(time.Millisecond))
+
+	// A secret written while the hub cannot see it.
+	if err := f.Config().PutRemoteSecret(ctx, "remote-2", f.Remote("cluster-2")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(cut.Add(outage)))
+	if rz, err := hub.Registryz(ctx); err != nil {
+		t.Fatal(err)
+	} else if _, ok := rz.Cluster("cluster-2"); ok {
+		t.Fatal("cluster-2 is known before the config cluster came back: the test does not cut what it means to")
+	}
+	if err := proxy.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	expectClusters(t, before, 60, "cluster-1", "cluster-2")
+	t.Logf("config cluster back after %v: the secret written during the outage served %v later", outage, time.Since(back).Round(time.Millisecond))
+	if !hub.Running() || hub.PID() != pid {
+		t.Errorf("the hub restarted during the outage")
+	}
+}
+
+// hubRoots returns the roots of the hub's federated trust bundle.
+func hubRoots(t *testing.T, hub *framework.Hub) *x509.CertPool {
+	t.Helper()
+	roots := x509.NewCertPool()
+	testutil.Eventually(t, converge, poll, func() error {
+		tz, err := hub.Trustz(t.Context())
+		if err != nil {
+			return err
+		}
+		for _, r := range tz.Roots {
+			roots.AppendCertsFromPEM([]byte(r.PEM))
+		}
+		if len(tz.Roots) == 0 {
+			return fmt.Errorf("%s trusts no root yet", hub.ReplicaID())
+		}
+		return nil
+	})
+	return roots
+}
+
+// workloadCertificate has a workload agent of cluster get its certificate
+// from the hub's CA with token, and returns the leaf.
+func workloadCertificate(t *testing.T, hub *framework.Hub, roots *x509.CertPool, cluster model.ClusterID, token string) *x509.Certificate {
+	t.Helper()
+	a, err := agent.New(agent.Options{
+		CAAddr: hub.CAAddr(), CARoots: roots, ServerName: "localhost", ClusterID: string(cluster),
+		TokenFunc: func(context.Context) (string, error) { return token, nil },
+		Dir:       t.TempDir(), TTL: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = a.Run(actx) }()
+	select {
+	case <-a.Ready():
+	case <-time.After(converge):
+		t.Fatalf("no certificate from %s within %v", hub.ReplicaID(), converge)
+	}
+	return a.Current().Leaf
 }

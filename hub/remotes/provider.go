@@ -58,11 +58,12 @@ type ProviderOptions struct {
 }
 
 // DefaultStopGrace is how long a stopping provider waits for the remote
-// clusters' caches. A reflector of client-go's watch-list mode (v0.36)
-// waits out its retry backoff, up to 30 s after an outage, without looking
-// at its context, so a hub stopped just after an apiserver came back would
-// otherwise outlive its termination grace; what has not stopped by then
-// ends with the process.
+// clusters' caches. They stop as soon as their contexts end, except where
+// client-go's watch-list mode is on: a reflector of it (v0.36) waits out its
+// retry backoff, up to 30 s after an outage, without looking at its context
+// (the hub turns the mode off: pkg/kubegates). Whatever has not stopped
+// within the grace ends with the process, rather than keeping a hub past its
+// termination grace.
 const DefaultStopGrace = 2 * time.Second
 
 // Ownership tells whether this replica should watch a cluster. Owns must

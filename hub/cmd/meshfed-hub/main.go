@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshfed/meshfed/hub"
 	"github.com/meshfed/meshfed/hub/xds"
+	"github.com/meshfed/meshfed/pkg/kubegates"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/version"
 )
@@ -89,6 +90,8 @@ func main() {
 	// main is the one place allowed to set them.
 	ctrllog.SetLogger(opts.Log)
 	klog.SetLogger(opts.Log)
+	// Informers that honour their context when stopped (see kubegates).
+	kubegates.DisableWatchList()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/meshfed/meshfed/pkg/kubegates"
 	"github.com/meshfed/meshfed/pkg/version"
 	"github.com/meshfed/meshfed/spoke"
 )
@@ -71,6 +72,8 @@ func main() {
 	// client-go logs through klog's process-wide logger; main is the one
 	// place allowed to set it.
 	klog.SetLogger(opts.Log)
+	// Informers that honour their context when stopped (see kubegates).
+	kubegates.DisableWatchList()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
