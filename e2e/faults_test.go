@@ -426,3 +426,113 @@ func workloadCertificate(t *testing.T, hub *framework.Hub, roots *x509.CertPool,
 	}
 	return a.Current().Leaf
 }
+
+// TestHungAndSlowApiservers: cluster-2's apiserver accepts connections and
+// never answers, cluster-3's answers through 150 ms of latency each way.
+// cluster-1 syncs and is served without waiting for either, cluster-2 is
+// reported with its cause and counted, cluster-3 syncs late and is served,
+// and a later change of cluster-1 reaches clients at once. Printed: each
+// cluster's time to be served.
+func TestHungAndSlowApiservers(t *testing.T) {
+	const latency = 150 * time.Millisecond
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(3)})
+	ctx := t.Context()
+	workloads := map[model.ClusterID]*framework.Workload{}
+	for _, r := range f.Remotes() {
+		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		workloads[r.ID] = w
+	}
+	hung, err := framework.KubeconfigVia(f.Remote("cluster-2").HubKubeconfig(), testutil.StartBlackhole(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slowProxy := testutil.StartTCPProxy(t, strings.TrimPrefix(f.Remote("cluster-3").Host(), "https://"))
+	slowProxy.SetLatency(latency)
+	slow, err := framework.KubeconfigVia(f.Remote("cluster-3").HubKubeconfig(), slowProxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Config().PutRemoteSecret(ctx, "remote-1", f.Remote("cluster-1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Config().PutRawRemoteSecret(ctx, "remote-2", map[string][]byte{"cluster-2": hung}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Config().PutRawRemoteSecret(ctx, "remote-3", map[string][]byte{"cluster-3": slow}); err != nil {
+		t.Fatal(err)
+	}
+
+	const syncTimeout = 10 * time.Second
+	start := time.Now()
+	hub := framework.StartTestHub(t, f, framework.HubOptions{Args: []string{
+		"--cluster-probe-interval=" + probeEvery.String(), "--cluster-sync-timeout=" + syncTimeout.String(),
+	}})
+	// cluster-1 is served while the hung cluster is still within its sync
+	// timeout: nothing waited for it.
+	testutil.Eventually(t, converge, poll, func() error {
+		if c := registryzCluster(t, hub, "cluster-1"); c.State != debugdoc.ClusterSynced {
+			return fmt.Errorf("cluster-1 is %s", c.State)
+		}
+		return nil
+	})
+	synced1 := time.Since(start)
+	c2 := registryzCluster(t, hub, "cluster-2")
+	if c2.State == debugdoc.ClusterSynced {
+		t.Fatalf("the hung cluster-2 shows synced: %+v", c2)
+	}
+	if c2.State == debugdoc.ClusterTimeout || strings.Contains(c2.Error, "not synced after") {
+		t.Errorf("cluster-1 synced only after the hung cluster's sync timeout (%v after the hub's start; cluster-2: %s %s)", synced1, c2.State, c2.Error)
+	}
+	client := clientIn(t, f, hub, "cluster-9")
+	testutil.Eventually(t, converge, poll, func() error {
+		clusters, counts, err := servedBy(ctx, client, 30)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(clusters, "cluster-1") {
+			return fmt.Errorf("answers from %v (%v), want cluster-1 among them", clusters, counts)
+		}
+		return nil
+	})
+	t.Logf("cluster-1 synced %v after the hub's start and served %v after it, with cluster-2 %s: %s",
+		synced1.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), c2.State, c2.Error)
+
+	// The slow cluster syncs in the end and is served with the others.
+	expectClusters(t, client, 60, "cluster-1", "cluster-3")
+	t.Logf("cluster-3, behind %v of latency each way, served %v after the hub's start", latency, time.Since(start).Round(time.Millisecond))
+
+	// The hung cluster is reported with its cause, and counted.
+	c2 = registryzCluster(t, hub, "cluster-2")
+	if (c2.State != debugdoc.ClusterUnreachable && c2.State != debugdoc.ClusterTimeout) || c2.Error == "" {
+		t.Errorf("the hung cluster-2 shows %s (%q), want unreachable or timeout with a cause", c2.State, c2.Error)
+	}
+	t.Logf("cluster-2 (hung): %s: %s", c2.State, c2.Error)
+	m, err := hub.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(m, `meshfed_remote_cluster_errors_total{cluster="cluster-2",reason="unreachable"}`) {
+		t.Errorf("the hung cluster is not counted:\n%s", grepLines(m, "meshfed_remote_cluster_errors_total"))
+	}
+
+	// A change of cluster-1 still reaches clients at once.
+	changed := time.Now()
+	if err := workloads["cluster-1"].Scale(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, 20*time.Millisecond, func() error {
+		_, counts, err := servedBy(ctx, client, 60)
+		if err != nil {
+			return err
+		}
+		if n := replicasOf(counts, "cluster-1"); n != 3 {
+			return fmt.Errorf("%d cluster-1 replicas answer, want 3 (%v)", n, counts)
+		}
+		return nil
+	})
+	t.Logf("with a hung and a slow cluster in the fleet, a cluster-1 scale-up served after %v", time.Since(changed).Round(time.Millisecond))
+}

@@ -1,20 +1,24 @@
 package testutil
 
 import (
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TCPProxy forwards the TCP connections it accepts on a loopback address
 // to a target, and can be cut and restored on the same address: cut, it
 // refuses new connections and has closed the ones it carried, as a
 // server that went down would; restored, it accepts again, as the same
-// server restarted. Safe for concurrent use.
+// server restarted. With a latency set, it holds every chunk it forwards
+// for that long, in both directions: a slow network or a slow server.
+// Safe for concurrent use.
 type TCPProxy struct {
-	target string
-	addr   string
+	target  string
+	addr    string
+	latency atomic.Int64 // time.Duration
 
 	mu    sync.Mutex // guards l and conns
 	l     net.Listener
@@ -54,6 +58,10 @@ func (p *TCPProxy) Cut() {
 	p.mu.Unlock()
 	p.wg.Wait()
 }
+
+// SetLatency holds each chunk forwarded from now on for d, both ways
+// (zero: none).
+func (p *TCPProxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 
 // Restore accepts on the proxy's address again.
 func (p *TCPProxy) Restore() error {
@@ -115,7 +123,64 @@ func (p *TCPProxy) forward(c net.Conn) {
 		go func() {
 			defer p.wg.Done()
 			defer done()
-			_, _ = io.Copy(pair[0], pair[1])
+			p.copy(pair[0], pair[1])
 		}()
 	}
+}
+
+// copy forwards src to dst until either fails, holding each chunk for the
+// latency set.
+func (p *TCPProxy) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if d := time.Duration(p.latency.Load()); d > 0 {
+				time.Sleep(d)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// StartBlackhole listens on a free loopback port and accepts every
+// connection but never reads from it nor answers: a server that hangs.
+// It returns the address; the listener and the connections it holds are
+// closed when t ends.
+func StartBlackhole(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("blackhole: %v", err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = l.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	return l.Addr().String()
 }
