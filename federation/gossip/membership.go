@@ -23,6 +23,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/federation"
 )
@@ -52,6 +53,10 @@ const (
 	// seed address.
 	joinBackoffMin = 500 * time.Millisecond
 	joinBackoffMax = 15 * time.Second
+	// DefaultRejoinInterval and DefaultRejoinWindow: see
+	// MembershipOptions.RejoinInterval.
+	DefaultRejoinInterval = 5 * time.Second
+	DefaultRejoinWindow   = 15 * time.Minute
 	// metaVersion and stateVersion version the JSON that this replica puts
 	// in its node metadata and its push/pull state. Add fields freely; bump
 	// the version only for changes an older replica would misread.
@@ -99,6 +104,18 @@ type MembershipOptions struct {
 	// memberlist; if a peer's digests arrive faster than MergeState returns,
 	// only the latest one of each peer is delivered. Nil ignores digests.
 	MergeState func(from federation.ReplicaID, d federation.Digest)
+	// RejoinInterval is how often, while members that went away (left or
+	// were declared dead) within RejoinWindow have not come back, Run joins
+	// their last addresses and the seeds again. memberlist alone never
+	// heals a partition: each side declares the other dead and gossips
+	// only to the live, so two sides that can reach each other again stay
+	// apart. The first join after the heal makes each side refute the
+	// other's death, the next brings them together (TestPartitionHeals).
+	// Zero: DefaultRejoinInterval (5 s); DefaultRejoinWindow (15 min).
+	RejoinInterval, RejoinWindow time.Duration
+	// Clock times the rejoins; default the real clock. (memberlist keeps
+	// its own timers.)
+	Clock clock.WithTicker
 
 	Log     logr.Logger
 	Metrics prometheus.Registerer
@@ -134,6 +151,9 @@ type Membership struct {
 
 	mu      sync.Mutex
 	members map[federation.ReplicaID]Member // guarded by mu; live members, self included
+	// departed are members that went away, by ID: their last gossip
+	// address and when; dropped when they come back or RejoinWindow ends.
+	departed map[federation.ReplicaID]departure // guarded by mu
 
 	inbox digestInbox
 
@@ -169,6 +189,15 @@ func NewMembership(opts MembershipOptions) (*Membership, error) {
 		return nil, fmt.Errorf("%w: PeerAddr and Version too long for node metadata (%d > %d bytes)",
 			ErrInvalidMembershipOptions, len(meta), memberlist.MetaMaxSize)
 	}
+	if opts.RejoinInterval <= 0 {
+		opts.RejoinInterval = DefaultRejoinInterval
+	}
+	if opts.RejoinWindow <= 0 {
+		opts.RejoinWindow = DefaultRejoinWindow
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
 	metrics := newMembershipMetrics()
 	m := &Membership{
 		opts:     opts,
@@ -178,6 +207,7 @@ func NewMembership(opts MembershipOptions) (*Membership, error) {
 		bindHost: bindHost,
 		changed:  make(chan struct{}, 1),
 		members:  map[federation.ReplicaID]Member{},
+		departed: map[federation.ReplicaID]departure{},
 		inbox:    newDigestInbox(),
 	}
 
@@ -282,6 +312,7 @@ func (m *Membership) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { m.deliverDigests(ctx) })
 	wg.Go(func() { m.joinLoop(ctx) })
+	wg.Go(func() { m.rejoinLoop(ctx) })
 	<-ctx.Done()
 	wg.Wait()
 	return m.close(true)
@@ -371,6 +402,69 @@ func (m *Membership) joinLoop(ctx context.Context) {
 	}
 }
 
+// departure is a member that went away: its last gossip address, and when.
+type departure struct {
+	addr string
+	at   time.Time
+}
+
+// rejoinLoop joins, every RejoinInterval while some member that went away
+// within RejoinWindow has not come back, those members' last addresses and
+// the seeds (see MembershipOptions.RejoinInterval).
+func (m *Membership) rejoinLoop(ctx context.Context) {
+	t := m.opts.Clock.NewTicker(m.opts.RejoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		targets, missing := m.rejoinTargets()
+		if len(missing) == 0 {
+			continue
+		}
+		n, err := m.list.Join(targets)
+		result := "contacted"
+		if n == 0 {
+			result = "failed"
+		}
+		m.metrics.rejoins.WithLabelValues(result).Inc()
+		m.log.V(1).Info("rejoining members that went away", "missing", missing, "targets", targets, "contacted", n, "error", errString(err))
+	}
+}
+
+// rejoinTargets returns the addresses to join (the departed members' and
+// the seeds, not this replica's) and the IDs of the departed members still
+// within RejoinWindow; older ones are forgotten.
+func (m *Membership) rejoinTargets() (targets []string, missing []federation.ReplicaID) {
+	now := m.opts.Clock.Now()
+	m.mu.Lock()
+	for id, d := range m.departed {
+		if now.Sub(d.at) > m.opts.RejoinWindow {
+			delete(m.departed, id)
+			continue
+		}
+		missing = append(missing, id)
+		targets = append(targets, d.addr)
+	}
+	m.mu.Unlock()
+	for _, s := range m.opts.Join {
+		if s != m.LocalAddr() && s != m.self.GossipAddr && !slices.Contains(targets, s) {
+			targets = append(targets, s)
+		}
+	}
+	slices.Sort(missing)
+	return targets, missing
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
 // jitter spreads d over [d/2, 3d/2) so replicas that start together do not
 // retry in lockstep.
 func jitter(d time.Duration) time.Duration {
@@ -404,13 +498,19 @@ func (m *Membership) setMember(mem Member) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.members[mem.ID] = mem
+	delete(m.departed, mem.ID)
 	return len(m.members)
 }
 
-func (m *Membership) removeMember(id federation.ReplicaID) int {
+// removeMember drops a member that left or died, remembering its address
+// for the rejoins.
+func (m *Membership) removeMember(id federation.ReplicaID, addr string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.members, id)
+	if id != m.opts.ReplicaID {
+		m.departed[id] = departure{addr: addr, at: m.opts.Clock.Now()}
+	}
 	return len(m.members)
 }
 
@@ -526,7 +626,7 @@ func (d eventDelegate) NotifyJoin(n *memberlist.Node) {
 }
 
 func (d eventDelegate) NotifyLeave(n *memberlist.Node) {
-	d.m.metrics.members.Set(float64(d.m.removeMember(federation.ReplicaID(n.Name))))
+	d.m.metrics.members.Set(float64(d.m.removeMember(federation.ReplicaID(n.Name), n.Address())))
 	d.m.metrics.events.WithLabelValues("leave").Inc()
 	// A graceful leave and a death look the same here: memberlist v0.7.0
 	// tracks left versus dead in its own nodeState.State and leaves the
@@ -709,6 +809,7 @@ type membershipMetrics struct {
 	members  prometheus.Gauge
 	events   *prometheus.CounterVec
 	rejected *prometheus.CounterVec
+	rejoins  *prometheus.CounterVec
 }
 
 func newMembershipMetrics() *membershipMetrics {
@@ -725,6 +826,13 @@ func newMembershipMetrics() *membershipMetrics {
 			Name: "meshfed_gossip_rejected_messages_total",
 			Help: "Inbound gossip refused, by reason (decrypt, unencrypted, label, malformed, conflict, state, meta, unexpected, other).",
 		}, []string{"reason"}),
+		rejoins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_gossip_rejoins_total",
+			Help: "Joins of members that went away and of the seeds, made while such members have not come back (partition healing), by result (contacted, failed).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"contacted", "failed"} {
+		m.rejoins.WithLabelValues(r)
 	}
 	for _, e := range []string{"join", "leave", "update"} {
 		m.events.WithLabelValues(e)
@@ -740,7 +848,7 @@ func (m *membershipMetrics) register(reg prometheus.Registerer) error {
 	if reg == nil {
 		return nil
 	}
-	cs := []prometheus.Collector{m.members, m.events, m.rejected}
+	cs := []prometheus.Collector{m.members, m.events, m.rejected, m.rejoins}
 	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
 			for _, done := range cs[:i] {

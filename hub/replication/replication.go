@@ -149,7 +149,7 @@ func New(opts Options, deps Deps) (*Replicator, error) {
 		ReplicaID: opts.Self, BindAddr: opts.GossipAddr, AdvertiseAddr: opts.GossipAdvertiseAddr,
 		Join: opts.Join, Key: opts.GossipKey, PeerAddr: opts.PeerAdvertiseAddr, Version: opts.Version,
 		LocalState: deps.Store.Digest, MergeState: r.clusters.mergeDigest,
-		Log: opts.Log.WithName("gossip"), Metrics: opts.Metrics,
+		Clock: opts.Clock, Log: opts.Log.WithName("gossip"), Metrics: opts.Metrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
