@@ -33,5 +33,6 @@ func Registryz(replica string, st *store.Store, status *Status) debugdoc.Registr
 			Hostname: ms.Service.Hostname, Ports: ms.Service.Ports, Endpoints: ms.Endpoints,
 		})
 	}
+	out.Digest = debugdoc.ServicesDigest(out.Services)
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +134,36 @@ func TestSpokezWire(t *testing.T) {
 	}
 	if _, ok := sz.Spoke("cluster-2"); ok {
 		t.Errorf("Spoke(cluster-2) found")
+	}
+}
+
+// TestServicesDigest: the digest ignores the order services and endpoints
+// were built in, and changes with any endpoint's content.
+func TestServicesDigest(t *testing.T) {
+	ep := func(cluster, addr string) model.Endpoint {
+		return model.Endpoint{Cluster: model.ClusterID(cluster), Address: netip.MustParseAddr(addr), Ready: true, Ports: map[string]uint32{"grpc": 8080}}
+	}
+	a := []RegistryzService{
+		{Hostname: "a.demo.svc.cluster.local", Endpoints: []model.Endpoint{ep("c1", "10.0.0.1"), ep("c2", "10.0.0.2")}},
+		{Hostname: "b.demo.svc.cluster.local", Endpoints: []model.Endpoint{ep("c1", "10.0.0.3")}},
+	}
+	b := []RegistryzService{
+		{Hostname: "b.demo.svc.cluster.local", Endpoints: []model.Endpoint{ep("c1", "10.0.0.3")}},
+		{Hostname: "a.demo.svc.cluster.local", Endpoints: []model.Endpoint{ep("c2", "10.0.0.2"), ep("c1", "10.0.0.1")}},
+	}
+	if ServicesDigest(a) != ServicesDigest(b) {
+		t.Error("the same registry in another order has another digest")
+	}
+	if a[0].Endpoints[0].Cluster != "c1" || b[1].Endpoints[0].Cluster != "c2" {
+		t.Error("the digest reordered its input")
+	}
+	c := slices.Clone(b)
+	c[0].Endpoints = []model.Endpoint{ep("c1", "10.0.0.3")}
+	c[0].Endpoints[0].Ready = false
+	if ServicesDigest(c) == ServicesDigest(b) {
+		t.Error("an endpoint turned not ready, the digest stayed")
+	}
+	if len(ServicesDigest(nil)) != 32 {
+		t.Errorf("digest %q is not 16 bytes of hex", ServicesDigest(nil))
 	}
 }

@@ -1,6 +1,12 @@
 package debugdoc
 
 import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/meshfed/meshfed/pkg/model"
@@ -48,6 +54,32 @@ type Registryz struct {
 	SecretErrors []SecretError `json:"secretErrors"`
 	// Services is the merged registry, one entry per hostname.
 	Services []RegistryzService `json:"services"`
+	// Digest is ServicesDigest(Services): replicas that serve the same
+	// merged registry show the same digest, so one look tells whether a
+	// fleet has converged (after a partition, say).
+	Digest string `json:"digest"`
+}
+
+// ServicesDigest returns a SHA-256 (hex, first 16 bytes) of services in a
+// canonical order: services by hostname, each one's endpoints by cluster
+// and address. JSON's map keys are sorted, so equal registries give equal
+// digests whatever order they were built in.
+func ServicesDigest(services []RegistryzService) string {
+	canon := slices.Clone(services)
+	slices.SortFunc(canon, func(a, b RegistryzService) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	for i := range canon {
+		eps := slices.Clone(canon[i].Endpoints)
+		slices.SortFunc(eps, func(a, b model.Endpoint) int {
+			return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), a.Address.Compare(b.Address))
+		})
+		canon[i].Endpoints = eps
+	}
+	b, err := json.Marshal(canon)
+	if err != nil { // every field marshals; a failure is a bug
+		panic(fmt.Sprintf("debugdoc: digest of the registry: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
 // RegistryzCluster is one remote cluster in Registryz.

@@ -96,3 +96,50 @@ func TestBlackhole(t *testing.T) {
 		t.Fatalf("read %d bytes, %v from a blackhole; want a timeout", n, err)
 	}
 }
+
+func TestUDPRelay(t *testing.T) {
+	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = echo.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			_, _ = echo.WriteToUDP(buf[:n], from)
+		}
+	}()
+	r := StartUDPRelay(t, "127.0.0.1:0", echo.LocalAddr().String())
+	c, err := net.Dial("udp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	exchange := func() error {
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		buf := make([]byte, 16)
+		n, err := c.Read(buf)
+		if err == nil && string(buf[:n]) != "ping" {
+			t.Fatalf("relayed %q", buf[:n])
+		}
+		return err
+	}
+	if err := exchange(); err != nil {
+		t.Fatalf("through the relay: %v", err)
+	}
+	r.Cut()
+	if err := exchange(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("through a cut relay: %v, want no answer", err)
+	}
+	r.Restore()
+	if err := exchange(); err != nil {
+		t.Fatalf("through the restored relay: %v", err)
+	}
+}
