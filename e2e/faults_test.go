@@ -641,3 +641,203 @@ func hubFootprint(t *testing.T, hub *framework.Hub) footprint {
 		heapBytes:  read("/debug/pprof/heap?gc=1&debug=1", "# HeapAlloc ="),
 	}
 }
+
+// replicaLink puts a hub replica's gossip port (TCP and UDP) and peer port
+// behind proxies, advertised to the other replicas, that a test can cut:
+// the replica is then partitioned from its peers while it still reaches
+// every apiserver and serves its proxies.
+type replicaLink struct {
+	gossipTCP, peer *testutil.TCPProxy
+	gossipUDP       *testutil.UDPRelay
+	opts            framework.HubOptions
+}
+
+func newReplicaLink(t *testing.T, gossipKeyFile string) *replicaLink {
+	t.Helper()
+	addrs, err := framework.FreeAddrs(2) // where the hub really listens
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &replicaLink{gossipTCP: testutil.StartTCPProxy(t, addrs[0]), peer: testutil.StartTCPProxy(t, addrs[1])}
+	l.gossipUDP = testutil.StartUDPRelay(t, l.gossipTCP.Addr(), addrs[0])
+	l.opts = framework.HubOptions{
+		GossipAddr: addrs[0], PeerAddr: addrs[1], GossipKeyFile: gossipKeyFile,
+		Args: []string{"--gossip-advertise-addr=" + l.gossipTCP.Addr(), "--peer-advertise-addr=" + l.peer.Addr()},
+	}
+	return l
+}
+
+func (l *replicaLink) cut() {
+	l.gossipUDP.Cut()
+	l.gossipTCP.Cut()
+	l.peer.Cut()
+}
+
+func (l *replicaLink) heal(t *testing.T) {
+	t.Helper()
+	l.gossipUDP.Restore()
+	for _, p := range []*testutil.TCPProxy{l.gossipTCP, l.peer} {
+		if err := p.Restore(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReplicaPartition: two hub replicas, each watching one of two
+// clusters, are cut apart (gossip and peer streams). Both sides keep
+// serving both clusters' endpoints, each declares the other gone and takes
+// over the cluster it did not watch, and a change made during the
+// partition reaches the clients of both. After the heal they find each
+// other again, ownership splits again, and their registries converge to
+// the same digest. Printed: the time to split, to take over, and to
+// converge after the heal.
+func TestReplicaPartition(t *testing.T) {
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(2)})
+	ctx := t.Context()
+	workloads := map[model.ClusterID]*framework.Workload{}
+	for _, r := range f.Remotes() {
+		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		workloads[r.ID] = w
+	}
+	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
+		t.Fatal(err)
+	}
+	key := gossipKey(t, f)
+	links := []*replicaLink{newReplicaLink(t, key), newReplicaLink(t, key)}
+	links[1].opts.Args = append(links[1].opts.Args, "--join="+links[0].gossipTCP.Addr())
+	hubs := []*framework.Hub{framework.StartTestHub(t, f, links[0].opts), framework.StartTestHub(t, f, links[1].opts)}
+	pids := []int{hubs[0].PID(), hubs[1].PID()}
+
+	// members returns the members each hub sees.
+	members := func(h *framework.Hub) []string {
+		fz, err := h.Federationz(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, m := range fz.Members {
+			ids = append(ids, m.ID)
+		}
+		return ids
+	}
+	// owned returns the clusters h watches itself (synced, not replicated).
+	owned := func(h *framework.Hub) []model.ClusterID {
+		rz, err := h.Registryz(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []model.ClusterID
+		for _, c := range rz.Clusters {
+			if c.State == debugdoc.ClusterSynced {
+				ids = append(ids, c.ID)
+			}
+		}
+		return ids
+	}
+	digests := func() []string {
+		var out []string
+		for _, h := range hubs {
+			rz, err := h.Registryz(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, rz.Digest)
+		}
+		return out
+	}
+	converged := func() error {
+		for _, h := range hubs {
+			if got := members(h); len(got) != 2 {
+				return fmt.Errorf("%s sees members %v", h.ReplicaID(), got)
+			}
+			if got := owned(h); len(got) != 1 {
+				return fmt.Errorf("%s watches %v, want one cluster each", h.ReplicaID(), got)
+			}
+		}
+		if d := digests(); d[0] != d[1] {
+			return fmt.Errorf("registry digests differ: %v", d)
+		}
+		return nil
+	}
+	testutil.Eventually(t, converge, poll, converged)
+	var clients []*framework.XDSConn
+	for i, h := range hubs {
+		c := clientIn(t, f, h, model.ClusterID(fmt.Sprintf("cluster-%d", 8+i)))
+		expectClusters(t, c, 40, "cluster-1", "cluster-2")
+		clients = append(clients, c)
+	}
+
+	cut := time.Now()
+	for _, l := range links {
+		l.cut()
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		for _, h := range hubs {
+			if got := members(h); len(got) != 1 {
+				return fmt.Errorf("%s still sees %v", h.ReplicaID(), got)
+			}
+		}
+		return nil
+	})
+	split := time.Since(cut)
+	// Each side takes over the cluster it did not watch; until then it
+	// serves what it had, and no endpoint disappears meanwhile.
+	var takeover time.Duration
+	testutil.Eventually(t, converge, poll, func() error {
+		for i, h := range hubs {
+			clusters, counts, err := servedBy(ctx, clients[i], 40)
+			if err != nil {
+				return fmt.Errorf("during the partition, via %s: %w", h.ReplicaID(), err)
+			}
+			if !slices.Equal(clusters, []model.ClusterID{"cluster-1", "cluster-2"}) {
+				t.Errorf("during the partition %s's client was served by %v (%v): an endpoint disappeared", h.ReplicaID(), clusters, counts)
+			}
+			if got := owned(h); len(got) != 2 {
+				return fmt.Errorf("%s watches %v, want both clusters", h.ReplicaID(), got)
+			}
+		}
+		takeover = time.Since(cut)
+		return nil
+	})
+	t.Logf("partitioned: each side alone after %v, watching both clusters after %v", split.Round(time.Millisecond), takeover.Round(time.Millisecond))
+
+	// A change during the partition reaches the clients of both sides.
+	if err := workloads["cluster-2"].Scale(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		for i, h := range hubs {
+			_, counts, err := servedBy(ctx, clients[i], 60)
+			if err != nil {
+				return err
+			}
+			if n := replicasOf(counts, "cluster-2"); n != 3 {
+				return fmt.Errorf("via %s %d cluster-2 replicas answer, want 3 (%v)", h.ReplicaID(), n, counts)
+			}
+		}
+		return nil
+	})
+
+	healed := time.Now()
+	for _, l := range links {
+		l.heal(t)
+	}
+	testutil.Eventually(t, converge, poll, converged)
+	t.Logf("healed: together again, one cluster each and registry digest %s on both, %v after the heal",
+		digests()[0], time.Since(healed).Round(time.Millisecond))
+	for i, h := range hubs {
+		m, err := h.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %s", h.ReplicaID(), strings.ReplaceAll(grepLines(m, "meshfed_gossip_rejoins_total{"), "\n", ", "))
+		expectClusters(t, clients[i], 40, "cluster-1", "cluster-2")
+		if !h.Running() || h.PID() != pids[i] {
+			t.Errorf("%s restarted", h.ReplicaID())
+		}
+	}
+}
