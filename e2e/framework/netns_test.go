@@ -67,6 +67,22 @@ func TestPodNetwork(t *testing.T) {
 	}
 	sleeperDone := make(chan error, 1)
 	go func() { sleeperDone <- sleeper.Wait() }()
+	// `ip netns exec` enters the namespace after it starts: wait until it
+	// has, or on a busy machine the sweep may run first and find nobody.
+	for {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "pids", stale).Output()
+		if err != nil {
+			t.Fatalf("ip netns pids %s: %v", stale, err)
+		}
+		if strings.Contains(" "+strings.Join(strings.Fields(string(out)), " ")+" ", fmt.Sprintf(" %d ", sleeper.Process.Pid)) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the stale namespace's process never entered it")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 
 	n := NewTestPodNetwork(t)
 	if _, err := os.Stat(filepath.Join("/run/netns", stale)); !errors.Is(err, os.ErrNotExist) {
