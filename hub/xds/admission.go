@@ -60,7 +60,14 @@ func (l Limits) withDefaults() Limits {
 const (
 	reasonStreamLimit = "stream_limit"
 	reasonStreamRate  = "stream_rate"
+	// reasonMessageTooLarge: a request over MaxRequestBytes ended its
+	// stream (grpc-go refuses it with RESOURCE_EXHAUSTED before decoding).
+	reasonMessageTooLarge = "message_too_large"
 )
+
+// MaxRequestBytes is the largest xDS request a replica reads: room for a
+// NACK's error detail and a Delta subscription of thousands of names.
+const MaxRequestBytes = 4 << 20
 
 // Admission admits ADS streams under Limits: a stream beyond the cap or
 // the rate is refused at once with RESOURCE_EXHAUSTED and a message that
@@ -89,14 +96,14 @@ func NewAdmission(l Limits, clk clock.PassiveClock, reg prometheus.Registerer) *
 		rate:   rate.NewLimiter(rate.Limit(l.StreamRate), l.StreamBurst),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_xds_streams_refused_total",
-			Help: "ADS streams refused with RESOURCE_EXHAUSTED before any request was read, by reason (stream_limit, stream_rate).",
+			Help: "ADS streams refused with RESOURCE_EXHAUSTED, by reason: stream_limit and stream_rate before any request was read, message_too_large for a request over 4 MiB (it ends its stream).",
 		}, []string{"reason"}),
 	}
 	a.gauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "meshfed_xds_streams_open",
 		Help: "ADS streams open on this replica's xDS ports, against the cap --xds-max-streams.",
 	}, func() float64 { return float64(a.open.Load()) })
-	for _, r := range []string{reasonStreamLimit, reasonStreamRate} {
+	for _, r := range []string{reasonStreamLimit, reasonStreamRate, reasonMessageTooLarge} {
 		a.refused.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -137,7 +144,23 @@ func (a *Admission) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		return grpcstatus.Error(codes.ResourceExhausted,
 			fmt.Sprintf("xds: more than %g new ADS streams a second (burst %d) on this replica: retry with backoff", a.limits.StreamRate, a.limits.StreamBurst))
 	}
-	return handler(srv, ss)
+	return handler(srv, sizeWatch{ServerStream: ss, a: a})
+}
+
+// sizeWatch counts the requests of one stream that grpc-go refused as
+// larger than MaxRequestBytes: the stream ends with that status, which the
+// client sees; every other stream goes on.
+type sizeWatch struct {
+	grpc.ServerStream
+	a *Admission
+}
+
+func (s sizeWatch) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err != nil && grpcstatus.Code(err) == codes.ResourceExhausted {
+		s.a.refused.WithLabelValues(reasonMessageTooLarge).Inc()
+	}
+	return err
 }
 
 // GRPCOptions are the server options xDS streams need: a keepalive policy
@@ -148,7 +171,7 @@ func (a *Admission) intercept(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 func GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(1 << 20),
-		grpc.MaxRecvMsgSize(4 << 20),
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}

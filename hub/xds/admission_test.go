@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -157,4 +158,40 @@ func TestHandshakeTimeout(t *testing.T) {
 		t.Errorf("closed after %v, before the handshake timeout", d)
 	}
 	t.Logf("silent connection closed after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestOversizedRequest: a DiscoveryRequest over MaxRequestBytes ends its
+// stream with RESOURCE_EXHAUSTED and is counted; a stream open beside it
+// keeps being answered.
+func TestOversizedRequest(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	s, adm := admittedServer(t, Limits{}, clk)
+	addr := s.Addr().String()
+	other, err := firstAnswer(t, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := newADS(t, addr, "c1", "r1")
+	names := make([]string, 0, MaxRequestBytes/1000+1)
+	for i := range cap(names) {
+		names = append(names, strings.Repeat("x", 1000-8)+fmt.Sprintf("%08d", i))
+	}
+	err = big.stream.Send(&discoveryv3.DiscoveryRequest{Node: big.node, TypeUrl: resourcev3.EndpointType, ResourceNames: names})
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	_, err = big.stream.Recv()
+	wantExhausted(t, err, "larger than max")
+	if n := promtestutil.ToFloat64(adm.refused.WithLabelValues(reasonMessageTooLarge)); n != 1 {
+		t.Errorf("%v oversized requests counted, want 1", n)
+	}
+	// The other stream is still served: a new request on it is answered.
+	if err := other.stream.Send(&discoveryv3.DiscoveryRequest{
+		Node: other.node, TypeUrl: resourcev3.ClusterType,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.stream.Recv(); err != nil {
+		t.Fatalf("the stream beside the oversized one: %v", err)
+	}
 }
