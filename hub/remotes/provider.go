@@ -49,7 +49,7 @@ type ProviderOptions struct {
 	Ownership Ownership
 	// NewCluster builds a cluster from its client configuration; nil means
 	// NewRemoteCluster.
-	NewCluster func(id model.ClusterID, cfg *rest.Config, st *Status) (cluster.Cluster, error)
+	NewCluster func(id model.ClusterID, cfg *rest.Config, scope Scope, st *Status) (cluster.Cluster, error)
 	// StopGrace bounds how long the provider's end waits for the remote
 	// clusters' caches to stop; default DefaultStopGrace.
 	StopGrace time.Duration
@@ -78,6 +78,7 @@ type Ownership interface {
 type remote struct {
 	secret     string
 	kubeconfig []byte
+	scope      Scope
 	cl         cluster.Cluster
 	cancel     context.CancelFunc
 	done       chan struct{} // closed when cl.Start has returned
@@ -98,6 +99,7 @@ type Provider struct {
 	owners  map[model.ClusterID]string               // cluster -> secret defining it
 	entries map[string]map[model.ClusterID]struct{}  // secret -> its cluster IDs (valid or not)
 	defined map[model.ClusterID]remotesecret.Cluster // valid entries, watched here or not
+	scopes  map[model.ClusterID]Scope                // discovery scope of each defined cluster
 
 	configMu sync.RWMutex // guards configs
 	configs  map[model.ClusterID]*rest.Config
@@ -147,6 +149,7 @@ func NewProvider(opts ProviderOptions) *Provider {
 		owners:   map[model.ClusterID]string{},
 		entries:  map[string]map[model.ClusterID]struct{}{},
 		defined:  map[model.ClusterID]remotesecret.Cluster{},
+		scopes:   map[model.ClusterID]Scope{},
 		configs:  map[model.ClusterID]*rest.Config{},
 	}
 }
@@ -309,6 +312,15 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 		p.opts.Status.SetSecretError(name, "")
 	}
 
+	scope, serr := ParseScope(secret.Annotations[AnnotationDiscoverySelector])
+	if serr != nil {
+		// Never widened: a running cluster keeps the scope it had, a new
+		// one is not started.
+		log.Error(serr, "discovery selector rejected")
+		p.opts.Status.SetSecretError(name, serr.Error())
+		p.opts.Status.CountError(name, ReasonDiscoverySelector)
+	}
+
 	policy, perr := ParseStalePolicy(secret.Annotations[AnnotationStaleEndpoints])
 	if perr != nil {
 		// The endpoints are kept, the safe choice, and the secret says why.
@@ -352,6 +364,13 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 			continue
 		}
 		p.owners[c.ID] = name
+		if serr != nil && !p.running(c.ID) {
+			p.opts.Status.Set(c.ID, name, StateInvalid, serr.Error())
+			continue
+		}
+		if serr == nil {
+			p.scopes[c.ID] = scope
+		}
 		p.defined[c.ID] = c
 		p.configMu.Lock()
 		p.configs[c.ID] = c.Config
@@ -444,12 +463,14 @@ func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, sec
 	old := p.clusters[c.ID]
 	indexes := slices.Clone(p.indexes)
 	p.mu.RUnlock()
-	if old != nil && bytes.Equal(old.kubeconfig, c.Kubeconfig) && !force {
+	scope := p.scopes[c.ID]
+	if old != nil && bytes.Equal(old.kubeconfig, c.Kubeconfig) && old.scope.String() == scope.String() && !force {
 		return
 	}
 	p.opts.Status.Set(c.ID, secret, StateSyncing, "")
 	p.opts.Status.SetCredentialExpiry(c.ID, c.TokenExpiry)
-	cl, err := p.opts.NewCluster(c.ID, c.Config, p.opts.Status)
+	p.opts.Status.SetScope(c.ID, scope) // before Engage, which reads it
+	cl, err := p.opts.NewCluster(c.ID, c.Config, scope, p.opts.Status)
 	if err != nil {
 		log.Error(err, "cannot create cluster client", "cluster", c.ID)
 		p.opts.Status.Set(c.ID, secret, StateInvalid, err.Error())
@@ -457,7 +478,7 @@ func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, sec
 		return
 	}
 	cctx, cancel := context.WithCancel(ctx)
-	r := &remote{secret: secret, kubeconfig: c.Kubeconfig, cl: cl, cancel: cancel, done: make(chan struct{})}
+	r := &remote{secret: secret, kubeconfig: c.Kubeconfig, scope: scope, cl: cl, cancel: cancel, done: make(chan struct{})}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -482,9 +503,12 @@ func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, sec
 	case old != nil && force:
 		old.cancel()
 		log.Info("remote cluster reconnected", "cluster", c.ID)
-	case old != nil:
+	case old != nil && !bytes.Equal(old.kubeconfig, c.Kubeconfig):
 		old.cancel()
 		log.Info("remote cluster credentials replaced", "cluster", c.ID)
+	case old != nil:
+		old.cancel()
+		log.Info("remote cluster discovery scope changed", "cluster", c.ID, "discoverySelector", scope.String())
 	default:
 		log.Info("remote cluster added", "cluster", c.ID)
 	}
@@ -501,6 +525,7 @@ func (p *Provider) removeCluster(id model.ClusterID) {
 	}
 	delete(p.owners, id)
 	delete(p.defined, id)
+	delete(p.scopes, id)
 	p.configMu.Lock()
 	delete(p.configs, id)
 	p.configMu.Unlock()
@@ -532,13 +557,14 @@ func (p *Provider) stopAll() {
 // five watched kinds only, objects shrunk by transformObject, no deep copies
 // on read (the watcher never mutates), a static REST mapper, and watch
 // errors reported to st.
-func NewRemoteCluster(id model.ClusterID, cfg *rest.Config, st *Status) (cluster.Cluster, error) {
+func NewRemoteCluster(id model.ClusterID, cfg *rest.Config, scope Scope, st *Status) (cluster.Cluster, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "meshfed-hub"
 	cfg.QPS, cfg.Burst = 50, 100
 	return cluster.New(cfg, func(o *cluster.Options) {
 		o.Scheme = watchedScheme()
 		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return staticRESTMapper(), nil }
+		defer scope.applyTo(&o.Cache)
 		o.Cache = cache.Options{
 			DefaultTransform:             transformObject,
 			DefaultUnsafeDisableDeepCopy: ptr.To(true),

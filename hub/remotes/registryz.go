@@ -26,6 +26,7 @@ func Registryz(replica string, st *store.Store, status *Status) debugdoc.Registr
 			Generation: s.Version.Term, Services: s.Services, Endpoints: s.Endpoints,
 			CredentialExpiry: c.CredentialExpiry, Since: c.Since,
 			StalePolicy: c.StalePolicy.String(), EndpointsDropped: c.Dropped,
+			DiscoverySelector: c.Scope.String(),
 		})
 	}
 	for _, ms := range st.Services() {

@@ -54,6 +54,9 @@ type ClusterStatus struct {
 	// Dropped is when its endpoints were dropped under StalePolicy; zero
 	// while they are served.
 	Dropped time.Time `json:"endpointsDropped,omitzero"`
+	// Scope narrows what is discovered in it (the remote secret's
+	// AnnotationDiscoverySelector).
+	Scope Scope `json:"discoverySelector,omitzero"`
 }
 
 // ExpiryWarning is how long before its token expires a healthy cluster is
@@ -80,6 +83,7 @@ const (
 	ReasonUnreachable       = "unreachable"
 	ReasonClientError       = "client_error"
 	ReasonStalePolicy       = "invalid_stale_policy"
+	ReasonDiscoverySelector = "invalid_discovery_selector"
 	ReasonEndpointsDropped  = "endpoints_dropped"
 )
 
@@ -168,6 +172,15 @@ func (s *Status) SetStalePolicy(id model.ClusterID, p StalePolicy) {
 	defer s.mu.Unlock()
 	if c := s.clusters[id]; c != nil {
 		c.StalePolicy = p
+	}
+}
+
+// SetScope records cluster id's discovery scope.
+func (s *Status) SetScope(id model.ClusterID, sc Scope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.clusters[id]; c != nil {
+		c.Scope = sc
 	}
 }
 

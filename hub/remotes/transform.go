@@ -27,8 +27,12 @@ func watchedScheme() *runtime.Scheme {
 // rather than in mapping.
 func staticRESTMapper() meta.RESTMapper {
 	m := meta.NewDefaultRESTMapper(nil)
+	// Each kind and its list: a cache narrowed to some namespaces (a
+	// cluster's discovery scope) asks the mapper whether a list is
+	// namespaced by the list's own kind.
 	add := func(gv schema.GroupVersion, kind string, scope meta.RESTScope) {
 		m.Add(gv.WithKind(kind), scope)
+		m.Add(gv.WithKind(kind+"List"), scope)
 	}
 	core := corev1.SchemeGroupVersion
 	add(core, "Service", meta.RESTScopeNamespace)

@@ -110,9 +110,11 @@ func (w *Watcher) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 	w.engaged[id] = cl
 	w.mu.Unlock()
 
+	st, _ := w.opts.Status.Get(id)
 	cw := &clusterWatch{
 		w:      w,
 		id:     id,
+		scope:  st.Scope,
 		gen:    w.opts.Sink.NextGeneration(id),
 		cl:     cl,
 		log:    w.opts.Log.WithValues("cluster", id),
@@ -145,6 +147,9 @@ type clusterWatch struct {
 	gen model.Generation
 	cl  cluster.Cluster
 	log logr.Logger
+	// scope is the cluster's own discovery scope, applied with the
+	// hub-wide DiscoverySelector.
+	scope Scope
 
 	queue workqueue.TypedRateLimitingInterface[types.NamespacedName]
 
@@ -400,7 +405,7 @@ func (cw *clusterWatch) addHandlers(ctx context.Context) error {
 		}
 	}
 	nsKey := func(obj any) {
-		if o := metaOf(obj); o != nil && cw.w.opts.DiscoverySelector != nil {
+		if o := metaOf(obj); o != nil && cw.filtersNamespaces() {
 			cw.enqueueNamespace(ctx, o.GetName())
 		}
 	}
@@ -499,6 +504,21 @@ func (cw *clusterWatch) computeAll(ctx context.Context) (map[model.Hostname]*mod
 	return out, nil
 }
 
+// filtersNamespaces tells whether services are discovered by their
+// namespace's labels: the hub-wide selector or the cluster's scope.
+func (cw *clusterWatch) filtersNamespaces() bool {
+	return cw.w.opts.DiscoverySelector != nil || cw.scope.Selector != nil
+}
+
+// inScope tells whether a namespace with these labels is discovered: it
+// matches both the hub-wide selector and the cluster's scope.
+func (cw *clusterWatch) inScope(ns labels.Set) bool {
+	if sel := cw.w.opts.DiscoverySelector; sel != nil && !sel.Matches(ns) {
+		return false
+	}
+	return cw.scope.matches(ns)
+}
+
 // compute builds the shard of Service key from the cache; nil when the
 // Service is gone or outside the discovery selector.
 func (cw *clusterWatch) compute(ctx context.Context, key types.NamespacedName) (*model.ServiceShard, model.Hostname, error) {
@@ -512,9 +532,9 @@ func (cw *clusterWatch) compute(ctx context.Context, key types.NamespacedName) (
 		}
 		return nil, h, err
 	}
-	if sel := cw.w.opts.DiscoverySelector; sel != nil {
+	if cw.filtersNamespaces() {
 		var ns corev1.Namespace
-		if err := c.Get(ctx, types.NamespacedName{Name: key.Namespace}, &ns); err != nil || !sel.Matches(labels.Set(ns.Labels)) {
+		if err := c.Get(ctx, types.NamespacedName{Name: key.Namespace}, &ns); err != nil || !cw.inScope(labels.Set(ns.Labels)) {
 			cw.index(key, nil, nil)
 			return nil, h, client.IgnoreNotFound(err)
 		}

@@ -103,6 +103,11 @@ type RegistryzCluster struct {
 	// unreachable: "keep" or "drop-after=<duration>" (the remote secret's
 	// meshfed.io/stale-endpoints annotation).
 	StalePolicy string `json:"stalePolicy,omitempty"`
+	// DiscoverySelector narrows what is discovered in the cluster: the
+	// namespaces whose labels match it (the remote secret's
+	// meshfed.io/discovery-selector annotation), besides the hub-wide
+	// --discovery-selector; empty: no narrowing of its own.
+	DiscoverySelector string `json:"discoverySelector,omitempty"`
 	// EndpointsDropped is when its endpoints were dropped under
 	// StalePolicy; absent while they are served.
 	EndpointsDropped time.Time `json:"endpointsDropped,omitzero"`
