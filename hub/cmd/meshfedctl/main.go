@@ -18,8 +18,9 @@
 //
 // remote-clusters reads the hub's /debug/registryz and /debug/federationz
 // (the latter optional) from the monitoring port and prints CLUSTER SECRET
-// STATE SINCE STALE OWNERS SERVICES ENDPOINTS SPOKE ERROR, where SINCE is
-// when the cluster entered its state and STALE its stale-endpoint policy
+// STATE SINCE STALE SCOPE OWNERS SERVICES ENDPOINTS SPOKE ERROR, where SINCE is
+// when the cluster entered its state, SCOPE its own discovery selector,
+// and STALE its stale-endpoint policy
 // (with when its endpoints were dropped under it), then any rejected
 // secrets. -o json writes
 //

@@ -281,7 +281,7 @@ func monitoringServer(t *testing.T, fed *debugdoc.Federationz) string {
 		Replica: "hub-0",
 		Clusters: []debugdoc.RegistryzCluster{
 			{ID: "cluster-1", Secret: "istio-system/remote-1", State: debugdoc.ClusterSynced, Generation: 4, Services: 12, Endpoints: 48,
-				Since: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC), StalePolicy: "keep"},
+				Since: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC), StalePolicy: "keep", DiscoverySelector: "mesh=on"},
 			{ID: "cluster-2", Secret: "istio-system/remote-1", State: debugdoc.ClusterReplicated, Services: 3, Endpoints: 6},
 			{ID: "cluster-3", Secret: "istio-system/remote-3", State: debugdoc.ClusterUnreachable,
 				Since: time.Date(2026, 12, 3, 9, 58, 0, 0, time.UTC), StalePolicy: "drop-after=30s", EndpointsDropped: time.Date(2026, 12, 3, 9, 58, 30, 0, time.UTC),
@@ -364,6 +364,9 @@ func TestRemoteClustersJSON(t *testing.T) {
 		}
 		if c := doc.Clusters[2]; c.StalePolicy != "drop-after=30s" || c.Since.IsZero() || !c.EndpointsDropped.Equal(time.Date(2026, 12, 3, 9, 58, 30, 0, time.UTC)) {
 			t.Fatalf("cluster-3's staleness: %+v", c)
+		}
+		if c := doc.Clusters[0]; c.DiscoverySelector != "mesh=on" {
+			t.Fatalf("cluster-1's discovery selector: %+v", c)
 		}
 	}
 }

@@ -39,6 +39,9 @@ type remoteCluster struct {
 	// when they were dropped under it, absent while they are served.
 	StalePolicy      string    `json:"stalePolicy,omitempty"`
 	EndpointsDropped time.Time `json:"endpointsDropped,omitzero"`
+	// DiscoverySelector narrows what is discovered in it (the remote
+	// secret's meshfed.io/discovery-selector); absent: no narrowing.
+	DiscoverySelector string `json:"discoverySelector,omitempty"`
 	// Spoke is the spoke's version and health, "" when its trust-bundle
 	// stream is not on the answering replica.
 	Spoke string `json:"spoke,omitempty"`
@@ -98,6 +101,7 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 			Cluster: id, Secret: c.Secret, State: string(c.State),
 			Services: c.Services, Endpoints: c.Endpoints, Error: c.Error, Spoke: spokes[id],
 			Since: c.Since, StalePolicy: c.StalePolicy, EndpointsDropped: c.EndpointsDropped,
+			DiscoverySelector: c.DiscoverySelector,
 		}
 		if haveOwners {
 			row.Owners = owners[id]
@@ -112,7 +116,7 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 
 func writeRemoteClusters(w io.Writer, doc remoteClustersDoc, haveOwners bool) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tSECRET\tSTATE\tSINCE\tSTALE\tOWNERS\tSERVICES\tENDPOINTS\tSPOKE\tERROR")
+	fmt.Fprintln(tw, "CLUSTER\tSECRET\tSTATE\tSINCE\tSTALE\tSCOPE\tOWNERS\tSERVICES\tENDPOINTS\tSPOKE\tERROR")
 	for _, c := range doc.Clusters {
 		own := "-"
 		if haveOwners && len(c.Owners) > 0 {
@@ -126,7 +130,7 @@ func writeRemoteClusters(w io.Writer, doc remoteClustersDoc, haveOwners bool) er
 		if !c.EndpointsDropped.IsZero() {
 			stale += " (dropped " + c.EndpointsDropped.UTC().Format(time.RFC3339) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Cluster, dash(c.Secret), dash(c.State), since, stale, own,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Cluster, dash(c.Secret), dash(c.State), since, stale, dash(c.DiscoverySelector), own,
 			strconv.Itoa(c.Services), strconv.Itoa(c.Endpoints), dash(c.Spoke), dash(oneLine(c.Error)))
 	}
 	if err := tw.Flush(); err != nil {
