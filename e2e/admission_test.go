@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
@@ -28,7 +30,9 @@ import (
 // with a stream cap of 200 and a rate of 50 a second (bursts of 100): the
 // excess is refused with RESOURCE_EXHAUSTED and counted, nothing fails
 // otherwise, and a proxy connected before keeps getting endpoint changes
-// during the burst (its push latency is printed before and during).
+// during the burst (its push latency is printed before and during). Then
+// an oversized DiscoveryRequest (about 5 MiB) ends its own stream with
+// RESOURCE_EXHAUSTED and is counted, and the steady proxy still converges.
 func TestXDSConnectionBurst(t *testing.T) {
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: framework.Remotes(1)})
 	ctx := t.Context()
@@ -153,6 +157,39 @@ func TestXDSConnectionBurst(t *testing.T) {
 	if counted != refused {
 		t.Errorf("meshfed_xds_streams_refused_total sums to %d, the clients saw %d refusals", counted, refused)
 	}
+
+	// An oversized DiscoveryRequest (over 4 MiB) ends its own stream with
+	// RESOURCE_EXHAUSTED and is counted; the steady proxy goes on.
+	time.Sleep(3 * time.Second) // past the burst's admission rate
+	cc, err := grpc.NewClient(hub.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	big, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, 5000)
+	for i := range cap(names) {
+		names = append(names, fmt.Sprintf("%s-%0992d", name, i))
+	}
+	node := &corev3.Node{Id: xdsnode.SidecarID("10.252.0.1", "big", "demo", model.DefaultDomainSuffix), Metadata: xdsnode.Metadata{ClusterID: r.ID}.Struct()}
+	if err := big.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResourceNames: names}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	_, err = big.Recv()
+	if st, _ := grpcstatus.FromError(err); st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "larger than max") {
+		t.Errorf("an oversized request got %v, want RESOURCE_EXHAUSTED (larger than max)", err)
+	}
+	after := []time.Duration{change(false), change(true)}
+	t.Logf("oversized request (%d names, about 5 MiB) refused: %v; the steady proxy's latency after it: %v", len(names), err, after)
+	if m, err = hub.Metrics(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := metricValue(m, `meshfed_xds_streams_refused_total{reason="message_too_large"}`); n != 1 {
+		t.Errorf("meshfed_xds_streams_refused_total{reason=\"message_too_large\"} = %d, want 1", n)
+	}
 	select {
 	case <-watcher.Done():
 		t.Fatalf("the steady proxy's stream ended: %v", watcher.Err())
@@ -201,4 +238,57 @@ func served(a *endpointv3.ClusterLoadAssignment) int {
 		}
 	}
 	return n
+}
+
+// TestUnknownClusterRefused: once the hub has read the remote secrets, an
+// xDS stream whose CLUSTER_ID no secret names is refused with
+// InvalidArgument naming it, and counted; a proxy of a registered cluster
+// and one without CLUSTER_ID are served; a cluster whose secret arrives
+// later is served from then on.
+func TestUnknownClusterRefused(t *testing.T) {
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: framework.Remotes(2)})
+	ctx := t.Context()
+	c1, c2 := f.Remotes()[0], f.Remotes()[1]
+	if err := f.Config().PutRemoteSecret(ctx, "remote-1", c1); err != nil {
+		t.Fatal(err)
+	}
+	hub := framework.StartTestHub(t, f, framework.HubOptions{})
+	cc, err := grpc.NewClient(hub.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	name := xdsgen.ClusterName(echoHost, 8080)
+	// burstStream holds an admitted stream until ctx ends: give each its own.
+	try := func(id string, cluster model.ClusterID) error {
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errc := make(chan error, 1)
+		go burstStream(sctx, cc, id, cluster, name, func(e error) { errc <- e })
+		return <-errc
+	}
+	err = try("nowhere-0", "cluster-9")
+	if st, _ := grpcstatus.FromError(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), `"cluster-9"`) {
+		t.Errorf("a stream of unknown cluster-9: %v, want InvalidArgument naming it", err)
+	}
+	if err := try("known-0", c1.ID); err != nil {
+		t.Errorf("a stream of registered %s: %v", c1.ID, err)
+	}
+	if err := try("none-0", ""); err != nil {
+		t.Errorf("a stream without CLUSTER_ID: %v", err)
+	}
+	if err := try("later-0", c2.ID); grpcstatus.Code(err) != codes.InvalidArgument {
+		t.Errorf("a stream of %s before its secret: %v, want InvalidArgument", c2.ID, err)
+	}
+	if err := f.Config().PutRemoteSecret(ctx, "remote-2", c2); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, poll, func() error { return try("later-1", c2.ID) })
+	m, err := hub.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := metricValue(m, `meshfed_xds_requests_refused_total{reason="unknown_cluster"}`); n < 2 {
+		t.Errorf("meshfed_xds_requests_refused_total{reason=\"unknown_cluster\"} = %d, want at least 2", n)
+	}
 }

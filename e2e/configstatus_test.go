@@ -113,7 +113,24 @@ func TestConfigStatusRollout(t *testing.T) {
 	}
 
 	// A proxy that rejects its routes: once it holds generation 2, it
-	// NACKs generation 3, and says why.
+	// NACKs generation 3, and says why. It lives in a cluster of its own,
+	// which a remote secret names (the hub refuses a CLUSTER_ID no secret
+	// names); that cluster's apiserver is never reached.
+	dead, err := f.Remotes()[0].DeadKubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Config().PutRawRemoteSecret(t.Context(), "remote-nack", map[string][]byte{"cluster-nack": dead}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		for _, h := range hubs {
+			if _, ok := registryzClusterOK(t, h, "cluster-nack"); !ok {
+				return fmt.Errorf("%s does not know cluster-nack yet", h.ReplicaID())
+			}
+		}
+		return nil
+	})
 	listener := xdsgen.ListenerName(echoHost, 8080)
 	node := &corev3.Node{
 		Id:       xdsnode.SidecarID("10.250.0.9", "nacker", "demo", model.DefaultDomainSuffix),

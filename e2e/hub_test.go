@@ -55,16 +55,19 @@ func echoFleet(t *testing.T) (*framework.Fleet, *framework.Hub, map[model.Cluste
 	return f, hub, workloads
 }
 
-// clientIn returns an xDS client that lives in cluster id (or, for an id
-// that is no remote of the fleet, in a region of its own), dialing echo.
+// clientIn returns an xDS client that lives in cluster id, dialing echo.
+// For an id that is no remote of the fleet, the client lives in no cluster
+// (it sends no CLUSTER_ID: the hub refuses one that names no cluster) and
+// in a region of its own; id still names it.
 func clientIn(t *testing.T, f *framework.Fleet, hub *framework.Hub, id model.ClusterID) *framework.XDSConn {
 	t.Helper()
 	loc := model.Locality{Region: "elsewhere"}
+	cluster := model.ClusterID("")
 	if r := f.Remote(id); r != nil {
-		loc = r.Locality
+		loc, cluster = r.Locality, id
 	}
 	c := framework.NewTestXDSClient(t, framework.ClientOptions{
-		HubAddr: hub.XDSAddr(), Cluster: id, Namespace: "demo", Locality: loc, Name: "client-" + string(id),
+		HubAddr: hub.XDSAddr(), Cluster: cluster, Namespace: "demo", Locality: loc, Name: "client-" + string(id),
 	})
 	conn, err := c.Dial(echoTarget)
 	if err != nil {
@@ -212,6 +215,17 @@ func TestEndpointAndSecretLifecycle(t *testing.T) {
 		rotate(time.Hour, debugdoc.ClusterCredentialExpiring)
 		rotate(48*time.Hour, debugdoc.ClusterSynced)
 	})
+}
+
+// registryzClusterOK returns cluster id's entry in the hub's registryz,
+// and whether it has one.
+func registryzClusterOK(t *testing.T, hub *framework.Hub, id model.ClusterID) (debugdoc.RegistryzCluster, bool) {
+	t.Helper()
+	rz, err := hub.Registryz(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rz.Cluster(id)
 }
 
 func registryzCluster(t *testing.T, hub *framework.Hub, id model.ClusterID) debugdoc.RegistryzCluster {

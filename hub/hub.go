@@ -70,6 +70,11 @@ type Options struct {
 	// open streams, a rate of new ones, a handshake timeout (zero values:
 	// xds' defaults).
 	XDSLimits xds.Limits
+	// XDSServeUnknownClusters serves xDS clients whose CLUSTER_ID names no
+	// cluster of the fleet; by default they are refused (InvalidArgument),
+	// once the remote secrets have been read. The config cluster's ID
+	// (ConfigClusterID) and an empty CLUSTER_ID are always served.
+	XDSServeUnknownClusters bool
 	// MonitoringAddr serves /metrics, /healthz, /readyz and /debug/.
 	MonitoringAddr string
 	// ReplicaID names this hub replica.
@@ -283,6 +288,16 @@ func Run(ctx context.Context, opts Options) error {
 		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
 		Tracker: tracker, Ledger: ledger, StatusSource: fleet, Authn: authn,
 		Admission: admission,
+		KnownCluster: func(id model.ClusterID) (known, decided bool) {
+			switch {
+			case opts.XDSServeUnknownClusters || id == opts.ConfigClusterID:
+				return true, true
+			case !provider.Synced():
+				return false, false // a starting replica: the secrets are not read yet
+			}
+			_, known = status.Get(id)
+			return known, true
+		},
 	})
 	// Every replica reads the mesh's Istio config; one per object writes
 	// its status.

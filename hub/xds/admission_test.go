@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
 
@@ -193,5 +195,50 @@ func TestOversizedRequest(t *testing.T) {
 	}
 	if _, err := other.stream.Recv(); err != nil {
 		t.Fatalf("the stream beside the oversized one: %v", err)
+	}
+}
+
+// TestUnknownCluster: with KnownCluster set, a first request whose
+// CLUSTER_ID names no cluster is refused with InvalidArgument naming it and
+// counted, once the answer is decided; before that (a starting hub) it is
+// served, as a known cluster is.
+func TestUnknownCluster(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.1.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	var decided atomic.Bool
+	reg := prometheus.NewRegistry()
+	s := runServer(t, Options{Registry: st, Metrics: reg, KnownCluster: func(id model.ClusterID) (bool, bool) {
+		return id == "c1", decided.Load()
+	}})
+	addr := s.Addr().String()
+	ask := func(cluster model.ClusterID) error {
+		a := newADS(t, addr, cluster, "r1")
+		err := a.stream.Send(&discoveryv3.DiscoveryRequest{
+			Node: a.node, TypeUrl: resourcev3.EndpointType, ResourceNames: []string{xdsgen.ClusterName(echo, 8080)},
+		})
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		_, err = a.stream.Recv()
+		return err
+	}
+	if err := ask("elsewhere"); err != nil {
+		t.Fatalf("undecided: an unknown cluster is refused: %v", err)
+	}
+	decided.Store(true)
+	err := ask("elsewhere")
+	if st, _ := grpcstatus.FromError(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), `"elsewhere"`) {
+		t.Fatalf("unknown cluster: %v, want InvalidArgument naming it", err)
+	}
+	if err := ask("c1"); err != nil {
+		t.Fatalf("known cluster: %v", err)
+	}
+	if err := ask(""); err != nil {
+		t.Fatalf("no CLUSTER_ID: %v", err)
+	}
+	if n := promtestutil.ToFloat64(s.metrics.refused.WithLabelValues(reasonUnknownCluster)); n != 1 {
+		t.Errorf("%v refusals counted, want 1", n)
 	}
 }

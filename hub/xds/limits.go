@@ -40,7 +40,8 @@ const (
 // ErrNodeTooLarge means a node (or one of its keys) exceeds its limit.
 var ErrNodeTooLarge = errors.New("xds: node too large")
 
-// reasonNodeTooLarge labels meshfed_xds_requests_refused_total.
+// reasonNodeTooLarge labels meshfed_xds_requests_refused_total, as does
+// reasonUnknownCluster (a CLUSTER_ID the fleet does not have).
 const reasonNodeTooLarge = "node_too_large"
 
 // checkNodeSize refuses a node beyond the limits above, with a status

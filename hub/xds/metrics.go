@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"type"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_xds_requests_refused_total",
-			Help: "xDS requests refused, and their streams ended, for what they carry rather than who sent them, by reason (node_too_large).",
+			Help: "xDS requests refused, and their streams ended, for what they carry rather than who sent them, by reason (node_too_large, unknown_cluster).",
 		}, []string{"reason"}),
 		nackLogs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshfed_xds_nack_logs_suppressed_total",

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
@@ -23,6 +25,7 @@ import (
 	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // Registry is what the xDS server reads: the merged services and the
@@ -82,6 +85,14 @@ type Options struct {
 	// puts on another gRPC server (the CA's TLS port). The plaintext port
 	// does not use it.
 	Authn Authn
+	// KnownCluster, when set, says whether a node's CLUSTER_ID names a
+	// cluster of the fleet: a stream whose first request names another is
+	// refused (InvalidArgument, counted as unknown_cluster), so that what
+	// a client claims cannot make the hub hold state for clusters that do
+	// not exist. decided is false while the answer cannot be known yet
+	// (a starting hub has not read the remote secrets): then it passes.
+	// A node without CLUSTER_ID (istioctl) always passes.
+	KnownCluster func(id model.ClusterID) (known, decided bool)
 }
 
 // genOptions are the xdsgen options of these server options.
@@ -351,14 +362,36 @@ const (
 )
 
 // requestChecked refuses a request whose node exceeds the limits
-// (checkNodeSize), counting it.
+// (checkNodeSize) or names a cluster the fleet does not have
+// (Options.KnownCluster), counting it.
 func (s *Server) requestChecked(node *corev3.Node) error {
+	reason := reasonNodeTooLarge
 	err := checkNodeSize(node)
+	if err == nil {
+		reason, err = reasonUnknownCluster, s.checkCluster(node)
+	}
 	if err != nil {
-		s.metrics.refused.WithLabelValues(reasonNodeTooLarge).Inc()
-		s.opts.Log.Info("xDS request refused", "reason", reasonNodeTooLarge, "node", clip(node.GetId(), maxLoggedDetailBytes), "error", err.Error())
+		s.metrics.refused.WithLabelValues(reason).Inc()
+		s.opts.Log.Info("xDS request refused", "reason", reason, "node", clip(node.GetId(), maxLoggedDetailBytes), "error", err.Error())
 	}
 	return err
+}
+
+// checkCluster refuses a node whose CLUSTER_ID names no cluster of the
+// fleet (see Options.KnownCluster).
+func (s *Server) checkCluster(node *corev3.Node) error {
+	if node == nil || s.opts.KnownCluster == nil {
+		return nil
+	}
+	id := xdsnode.ClusterOf(node.GetMetadata())
+	if id == "" {
+		return nil
+	}
+	if known, decided := s.opts.KnownCluster(id); decided && !known {
+		return grpcstatus.Error(codes.InvalidArgument, fmt.Sprintf(
+			"xds: %s %q names no cluster of this fleet (no remote secret names it): set the proxy's cluster ID to the cluster it runs in", xdsnode.MetadataClusterID, id))
+	}
+	return nil
 }
 
 func (s *Server) callbacks() serverv3.Callbacks {

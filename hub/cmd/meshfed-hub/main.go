@@ -34,6 +34,7 @@ func main() {
 	fs.IntVar(&opts.XDSLimits.MaxStreams, "xds-max-streams", xds.DefaultMaxStreams, "ADS streams open at once over both xDS ports; more are refused with RESOURCE_EXHAUSTED")
 	fs.Float64Var(&opts.XDSLimits.StreamRate, "xds-stream-rate", xds.DefaultStreamRate, "new ADS streams a second accepted over both xDS ports, on average")
 	fs.IntVar(&opts.XDSLimits.StreamBurst, "xds-stream-burst", xds.DefaultStreamBurst, "new ADS streams accepted at once beyond --xds-stream-rate (a reconnect storm)")
+	fs.BoolVar(&opts.XDSServeUnknownClusters, "xds-serve-unknown-clusters", false, "serve xDS clients whose CLUSTER_ID no remote secret names (refused with InvalidArgument by default, once the secrets are read; the config cluster's ID and an empty one are always served)")
 	fs.DurationVar(&opts.XDSLimits.HandshakeTimeout, "xds-handshake-timeout", xds.DefaultHandshakeTimeout, "time a new xDS connection has for its TLS handshake and HTTP/2 preface")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of /metrics, /healthz, /readyz and /debug/")
 	fs.StringVar(&opts.ReplicaID, "replica-id", hostname(), "name of this hub replica")
