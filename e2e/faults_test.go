@@ -52,15 +52,8 @@ func startOutageFleet(t *testing.T, policy string) *outageFleet {
 	t.Helper()
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(2)})
 	ctx := t.Context()
-	of := &outageFleet{f: f, workloads: map[model.ClusterID]*framework.Workload{}}
-	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		of.workloads[r.ID] = w
-	}
+	of := &outageFleet{f: f}
+	of.workloads = deployEcho(t, f)
 	c1 := f.Remote("cluster-1")
 	of.proxy = testutil.StartTCPProxy(t, strings.TrimPrefix(c1.Host(), "https://"))
 	via, err := framework.KubeconfigVia(c1.HubKubeconfig(), of.proxy.Addr())
@@ -244,7 +237,7 @@ func TestRemoteOutageDropAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(m, `meshfed_remote_cluster_errors_total{cluster="cluster-1",reason="endpoints_dropped"} 1`) {
+	if metricValue(m, `meshfed_remote_cluster_errors_total{cluster="cluster-1",reason="endpoints_dropped"}`) != 1 {
 		t.Errorf("the drop is not counted in meshfed_remote_cluster_errors_total:\n%s", grepLines(m, "meshfed_remote_cluster_errors_total"))
 	}
 
@@ -303,15 +296,7 @@ func grepLines(text, substr string) string {
 func TestConfigClusterOutage(t *testing.T) {
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(2)})
 	ctx := t.Context()
-	workloads := map[model.ClusterID]*framework.Workload{}
-	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		workloads[r.ID] = w
-	}
+	workloads := deployEcho(t, f)
 	if err := f.Config().PutRemoteSecret(ctx, "remote-1", f.Remote("cluster-1")); err != nil {
 		t.Fatal(err)
 	}
@@ -437,15 +422,7 @@ func TestHungAndSlowApiservers(t *testing.T) {
 	const latency = 150 * time.Millisecond
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(3)})
 	ctx := t.Context()
-	workloads := map[model.ClusterID]*framework.Workload{}
-	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		workloads[r.ID] = w
-	}
+	workloads := deployEcho(t, f)
 	hung, err := framework.KubeconfigVia(f.Remote("cluster-2").HubKubeconfig(), testutil.StartBlackhole(t))
 	if err != nil {
 		t.Fatal(err)
@@ -515,7 +492,7 @@ func TestHungAndSlowApiservers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(m, `meshfed_remote_cluster_errors_total{cluster="cluster-2",reason="unreachable"}`) {
+	if metricValue(m, `meshfed_remote_cluster_errors_total{cluster="cluster-2",reason="unreachable"}`) == 0 {
 		t.Errorf("the hung cluster is not counted:\n%s", grepLines(m, "meshfed_remote_cluster_errors_total"))
 	}
 
@@ -616,30 +593,18 @@ func (f footprint) within(base footprint, frac float64) bool {
 	return float64(f.goroutines) <= float64(base.goroutines)*(1+frac) && float64(f.heapBytes) <= float64(base.heapBytes)*(1+frac)
 }
 
-// hubFootprint reads the hub's pprof endpoints: the heap profile with gc=1
-// (a GC first, then its HeapAlloc) and the goroutine total.
+// hubFootprint reads the hub's goroutines and its heap after a GC.
 func hubFootprint(t *testing.T, hub *framework.Hub) footprint {
 	t.Helper()
-	read := func(path, prefix string) int {
-		body, err := httpGet(t, hub.MonitoringURL()+path, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for line := range strings.Lines(body) {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
-				var n int
-				if _, err := fmt.Sscan(rest, &n); err == nil {
-					return n
-				}
-			}
-		}
-		t.Fatalf("no %q in %s", prefix, path)
-		return 0
+	g, err := hub.Goroutines(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return footprint{
-		goroutines: read("/debug/pprof/goroutine?debug=1", "goroutine profile: total"),
-		heapBytes:  read("/debug/pprof/heap?gc=1&debug=1", "# HeapAlloc ="),
+	heap, err := hub.HeapAlloc(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
+	return footprint{goroutines: g, heapBytes: int(heap)}
 }
 
 // replicaLink puts a hub replica's gossip port (TCP and UDP) and peer port
@@ -694,15 +659,7 @@ func (l *replicaLink) heal(t *testing.T) {
 func TestReplicaPartition(t *testing.T) {
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(2)})
 	ctx := t.Context()
-	workloads := map[model.ClusterID]*framework.Workload{}
-	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		workloads[r.ID] = w
-	}
+	workloads := deployEcho(t, f)
 	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
 		t.Fatal(err)
 	}

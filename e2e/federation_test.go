@@ -160,15 +160,7 @@ func TestFederationShardsWatches(t *testing.T) {
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(5)})
 	base := watchBaseline(t, f)
 	ctx := t.Context()
-	workloads := map[model.ClusterID]*framework.Workload{}
-	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		workloads[r.ID] = w
-	}
+	workloads := deployEcho(t, f)
 	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
 		t.Fatal(err)
 	}

@@ -36,15 +36,7 @@ func echoFleet(t *testing.T) (*framework.Fleet, *framework.Hub, map[model.Cluste
 	t.Helper()
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegions()})
 	ctx := t.Context()
-	workloads := map[model.ClusterID]*framework.Workload{}
-	for _, r := range f.Remotes() {
-		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		workloads[r.ID] = w
-	}
+	workloads := deployEcho(t, f)
 	if err := f.Config().PutRemoteSecret(ctx, "remote-a", f.Remote("cluster-1"), f.Remote("cluster-2")); err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +45,22 @@ func echoFleet(t *testing.T) (*framework.Fleet, *framework.Hub, map[model.Cluste
 	}
 	hub := framework.StartTestHub(t, f, framework.HubOptions{})
 	return f, hub, workloads
+}
+
+// deployEcho deploys two echo replicas (demo/echo) in every remote cluster
+// of f, stopped when t ends, and returns them by cluster.
+func deployEcho(t *testing.T, f *framework.Fleet) map[model.ClusterID]*framework.Workload {
+	t.Helper()
+	workloads := map[model.ClusterID]*framework.Workload{}
+	for _, r := range f.Remotes() {
+		w, err := r.DeployWorkload(t.Context(), framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		workloads[r.ID] = w
+	}
+	return workloads
 }
 
 // clientIn returns an xDS client that lives in cluster id, dialing echo.

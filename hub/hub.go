@@ -346,7 +346,13 @@ func Run(ctx context.Context, opts Options) error {
 			return ready.Check()
 		},
 		Debug: map[string]func(*http.Request) any{
-			debugdoc.RegistryzName:    func(*http.Request) any { return registryz() },
+			debugdoc.RegistryzName: func(*http.Request) any {
+				// The digest is for readers of the document only: the
+				// console, which reads registryz every refresh, needs none.
+				d := registryz()
+				d.Digest = debugdoc.ServicesDigest(d.Services)
+				return d
+			},
 			debugdoc.FederationzName:  func(*http.Request) any { return repl.Federationz() },
 			debugdoc.ProxyStatusName:  func(*http.Request) any { return proxystatus.JSONDocument{Proxies: fleet.All()} },
 			debugdoc.TrustzName:       func(*http.Request) any { return trustz() },

@@ -1,13 +1,10 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -632,39 +629,18 @@ func registryzEndpoints(ctx context.Context, hub *framework.Hub, id model.Cluste
 // to damp allocations that happen between the forced GC and the reading.
 const heapReadings = 3
 
-var monitoringClient = &http.Client{Timeout: time.Minute}
-
 // hubHeapAlloc returns the hub's HeapAlloc right after a forced GC, the
 // least of heapReadings readings of /debug/pprof/heap?gc=1&debug=1.
 func hubHeapAlloc(ctx context.Context, hub *framework.Hub) (uint64, error) {
 	best := uint64(math.MaxUint64)
 	for range heapReadings {
-		body, err := monitoringGet(ctx, hub, "/debug/pprof/heap?gc=1&debug=1")
-		if err != nil {
-			return 0, err
-		}
-		v, err := parseHeapAlloc(body)
+		v, err := hub.HeapAlloc(ctx)
 		if err != nil {
 			return 0, err
 		}
 		best = min(best, v)
 	}
 	return best, nil
-}
-
-// parseHeapAlloc finds "# HeapAlloc = <bytes>" in a debug=1 heap profile.
-func parseHeapAlloc(profile []byte) (uint64, error) {
-	sc := bufio.NewScanner(bytes.NewReader(profile))
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "# HeapAlloc = "); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("heap profile has no HeapAlloc line")
 }
 
 // hubMetric returns the value of an unlabelled metric from the hub's
@@ -680,10 +656,6 @@ func hubMetric(ctx context.Context, hub *framework.Hub, name string) (float64, e
 		}
 	}
 	return 0, fmt.Errorf("metric %s not exported", name)
-}
-
-func monitoringGet(ctx context.Context, hub *framework.Hub, path string) ([]byte, error) {
-	return framework.HTTPGet(ctx, monitoringClient, hub.MonitoringURL()+path, "")
 }
 
 // ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -303,6 +304,45 @@ func (h *Hub) getOK(ctx context.Context, path string) ([]byte, error) {
 		return nil, fmt.Errorf("framework: hub %s GET %s: status %d: %s", h.id, path, code, bytes.TrimSpace(body))
 	}
 	return body, nil
+}
+
+// HeapAlloc returns the hub's HeapAlloc right after a GC: its heap
+// profile with gc=1 (the "# HeapAlloc = <bytes>" line of debug=1).
+func (h *Hub) HeapAlloc(ctx context.Context) (uint64, error) {
+	b, err := h.getOK(ctx, "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return 0, err
+	}
+	v, err := profileValue(b, "# HeapAlloc = ")
+	if err != nil {
+		return 0, fmt.Errorf("framework: hub %s heap profile: %w", h.id, err)
+	}
+	return v, nil
+}
+
+// Goroutines returns how many goroutines the hub runs (its goroutine
+// profile's total).
+func (h *Hub) Goroutines(ctx context.Context) (int, error) {
+	b, err := h.getOK(ctx, "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return 0, err
+	}
+	v, err := profileValue(b, "goroutine profile: total ")
+	if err != nil {
+		return 0, fmt.Errorf("framework: hub %s goroutine profile: %w", h.id, err)
+	}
+	return int(v), nil
+}
+
+// profileValue returns the number after prefix on the first line of a
+// debug=1 pprof profile that starts with it.
+func profileValue(profile []byte, prefix string) (uint64, error) {
+	for line := range strings.Lines(string(profile)) {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %q line", strings.TrimSpace(prefix))
 }
 
 // Metrics returns the hub's /metrics in the Prometheus text format.

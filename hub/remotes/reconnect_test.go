@@ -134,8 +134,9 @@ func TestReconnectAfterOutage(t *testing.T) {
 	}
 }
 
-// counterSum returns the sum of the counter name's series in reg.
-func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// counterSum returns the sum of the counter name's series in reg that
+// carry the given label pairs (name, value, ...); all of them without.
+func counterSum(t *testing.T, reg *prometheus.Registry, name string, pairs ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -143,8 +144,19 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	var sum float64
 	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			matches := true
+			for i := 0; i+1 < len(pairs); i += 2 {
+				matches = matches && labels[pairs[i]] == pairs[i+1]
+			}
+			if matches {
 				sum += m.GetCounter().GetValue()
 			}
 		}

@@ -133,7 +133,7 @@ func TestClusterDiscoveryScope(t *testing.T) {
 		}
 		return fmt.Errorf("secret errors %+v", status.SecretErrors())
 	})
-	if n := counterValue(t, reg, "meshfed_remote_cluster_errors_total", "cluster", "istio-system/r2", "reason", remotes.ReasonDiscoverySelector); n < 1 {
+	if n := counterSum(t, reg, "meshfed_remote_cluster_errors_total", "cluster", "istio-system/r2", "reason", remotes.ReasonDiscoverySelector); n < 1 {
 		t.Errorf("the bad selector is not counted (%v)", n)
 	}
 	if err := endpointsFrom(st, echoHost, "c1", "c2")(); err != nil {
@@ -214,32 +214,4 @@ func serviceIn(ns, name, addr string) []client.Object {
 			}},
 		},
 	}
-}
-
-// counterValue returns the counter name's series with these label pairs.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, pairs ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{}
-	for i := 0; i+1 < len(pairs); i += 2 {
-		want[pairs[i]] = pairs[i+1]
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
-					continue series
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
 }
