@@ -161,6 +161,21 @@ func (r *Registry) Service(h Hostname) *MergedService {
 	}
 	clusters := slices.Sorted(maps.Keys(set))
 	m := &MergedService{Clusters: clusters}
+	if len(clusters) == 1 {
+		// One cluster has the service, as most services: its shard's
+		// endpoints are the merged view, already in canonical order, and
+		// both are immutable, so they are shared rather than copied (a
+		// copy per endpoint was ~150 B of the hub's heap).
+		shard := r.clusters[clusters[0]].shards[h]
+		m.Service = shard.Service
+		m.Endpoints = shard.Endpoints
+		if !endpointsSorted(m.Endpoints) {
+			m.Endpoints = slices.Clone(m.Endpoints)
+			SortEndpoints(m.Endpoints)
+		}
+		r.merged[h] = m
+		return m
+	}
 	n := 0
 	for _, c := range clusters {
 		n += len(r.clusters[c].shards[h].Endpoints)

@@ -151,3 +151,28 @@ func TestClusterShards(t *testing.T) {
 		t.Fatalf("removed cluster: %v", got)
 	}
 }
+
+// TestSingleClusterServiceSharesShard: the merged view of a service only one
+// cluster has is that shard's endpoints, not a copy; a shard written out of
+// canonical order still reads back sorted, from a copy that leaves the
+// shard as it was.
+func TestSingleClusterServiceSharesShard(t *testing.T) {
+	r := NewRegistry()
+	sorted := shard("c1", "10.0.1.1", "10.0.1.2")
+	mustChange(t)(r.ReplaceCluster("c1", map[Hostname]*ServiceShard{echo: sorted}))
+	m := r.Service(echo)
+	if &m.Endpoints[0] != &sorted.Endpoints[0] || m.Service != sorted.Service {
+		t.Fatal("the merged view of a one-cluster service copied its shard")
+	}
+
+	unsorted := shard("c1", "10.0.1.9", "10.0.1.3")
+	if _, err := r.UpdateShard("c1", echo, unsorted); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := addrs(r.Service(echo)), []string{"c1=10.0.1.3", "c1=10.0.1.9"}; !slices.Equal(got, want) {
+		t.Fatalf("merged endpoints = %v, want %v", got, want)
+	}
+	if unsorted.Endpoints[0].Address.String() != "10.0.1.9" {
+		t.Fatal("sorting the merged view reordered the shard")
+	}
+}

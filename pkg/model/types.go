@@ -239,11 +239,14 @@ func (s *ServiceShard) Equal(o *ServiceShard) bool {
 
 // SortEndpoints orders endpoints by cluster and address, the canonical order
 // of a shard.
-func SortEndpoints(eps []Endpoint) {
-	slices.SortFunc(eps, func(a, b Endpoint) int {
-		if c := strings.Compare(string(a.Cluster), string(b.Cluster)); c != 0 {
-			return c
-		}
-		return a.Address.Compare(b.Address)
-	})
+func SortEndpoints(eps []Endpoint) { slices.SortFunc(eps, compareEndpoints) }
+
+// endpointsSorted reports whether eps is in canonical order.
+func endpointsSorted(eps []Endpoint) bool { return slices.IsSortedFunc(eps, compareEndpoints) }
+
+func compareEndpoints(a, b Endpoint) int {
+	if c := strings.Compare(string(a.Cluster), string(b.Cluster)); c != 0 {
+		return c
+	}
+	return a.Address.Compare(b.Address)
 }
