@@ -21,6 +21,11 @@ FUZZTIME  ?= 30s
 FUZZMINIMIZETIME ?= 100x
 FUZZ      ?= .
 BENCHTIME ?= 1x
+# The scale envelope of `make bench-scale` (BenchmarkScale's flags; `make
+# bench` runs it with its small defaults: 2 clusters, 200 clients), and
+# another meshfed-hub binary to run beside this one (e.g. a release).
+SCALEFLAGS   ?= -scale.clusters=20 -scale.services=200 -scale.endpoints=20 -scale.clients=2000 -scale.changes=200 -scale.replicas=1,3
+BASELINE_HUB ?=
 # Flags of the demo, e.g. `make demo DEMOFLAGS=--keep` to keep the fleet up.
 DEMOFLAGS ?=
 # The version stamped into every binary (pkg/version): on or after a tag
@@ -56,7 +61,7 @@ MESHFED_CREATED := $(or $(shell git log -1 --format=%ct 2>/dev/null),0)
 PROTOS    := federation/peerpb/peer.proto hub/fleetstatus/fleetpb/fleet.proto
 PROTOGEN  := $(BIN)/tools/protogen
 
-.PHONY: version build images chart-packages test test-unit e2e bench demo k8s-assets envoy istio-assets browser helm lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
+.PHONY: version build images chart-packages test test-unit e2e bench bench-scale istiod demo k8s-assets envoy istio-assets browser helm lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
 
 version: ## print the version `make build` stamps into the binaries
 	@echo $(MESHFED_VERSION)
@@ -93,6 +98,10 @@ istio-assets: ## build Istio's pilot-agent and istioctl from the module proxy (c
 	@echo "==> istio-assets (pilot-agent and istioctl; a cold build takes ~9 min, later runs are instant)"
 	@bash e2e/istioassets/build.sh
 
+istiod: ## build Istio's pilot-discovery (istiod) from the module proxy, for the side-by-side scale bench (cached in bin/istio; not part of make test)
+	@echo "==> istiod (pilot-discovery; a cold build takes ~15 min on 2 cores, later runs are instant)"
+	@bash e2e/istioassets/build.sh --discovery
+
 browser: ## install Debian's chromium for the console's browser test (apt-get, once; MESHFED_CHROMIUM_BIN names another)
 	@echo "==> browser (Debian's chromium, headless; a cold apt-get install takes ~1 min, later runs are instant)"
 	@bash e2e/browserassets/install.sh
@@ -117,6 +126,11 @@ bench: k8s-assets envoy build ## benchmarks: figures printed side by side
 	@echo "==> benchmarks"
 	KUBEBUILDER_ASSETS=$(ASSETS) $(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./federation/... ./hub/...
 	$(E2E_ENV) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./e2e/bench/
+
+bench-scale: k8s-assets build istiod ## the scale envelope (20 clusters x 4k endpoints, 2,000 clients, 1 and 3 replicas) side by side with istiod: table, JSON and SVG in bin/bench-scale/ (about an hour; not part of make test)
+	@echo "==> bench-scale $(SCALEFLAGS)"
+	KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub $(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 240m ./e2e/bench/ \
+	  -args $(SCALEFLAGS) -scale.istiod=$(ISTIO_DIR)/pilot-discovery -scale.out=$(BIN)/bench-scale $(if $(BASELINE_HUB),-scale.baseline-hub=$(BASELINE_HUB))
 
 demo: k8s-assets envoy build ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation
 	@echo "==> demo (Ctrl-C stops it and cleans up)"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"slices"
 	"time"
 
@@ -194,7 +195,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log := opts.Log.WithValues("replica", opts.ReplicaID)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewCollector())
+	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewCollector())
 	// One admission for both xDS ports (plaintext and the CA's TLS port).
 	admission := xds.NewAdmission(opts.XDSLimits, opts.Clock, reg)
 
@@ -475,4 +476,15 @@ func configStatus(fleet *fleetstatus.Fleet, configz debugdoc.Configz, r *http.Re
 		}
 	}
 	return doc
+}
+
+// goCollector exports the Go runtime's usual go_* metrics and, beside
+// them, go_gc_heap_live_bytes: the heap the last collection found live.
+// go_memstats_heap_alloc_bytes also counts garbage not yet collected (up to
+// about as much again under GOGC=100), so the live heap is the figure to
+// watch for what the hub really holds, e.g. during a reconnect storm.
+func goCollector() prometheus.Collector {
+	return collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)},
+	))
 }

@@ -47,6 +47,10 @@ type HubOptions struct {
 	Join []*Hub
 	// GossipKeyFile is passed as --gossip-key-file when set.
 	GossipKeyFile string
+	// Binary is the meshfed-hub binary of this replica, for a benchmark
+	// that runs another build beside the fleet's (FleetOptions.HubBinary)
+	// one. Default: the fleet's.
+	Binary string
 }
 
 // Hub is a running meshfed-hub child process.
@@ -71,9 +75,12 @@ type Hub struct {
 // if the test process dies. Its output goes to <fleet dir>/hubs/<id>.log
 // and to FleetOptions.LogOutput.
 func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
-	bin, err := f.hubBinary(ctx)
-	if err != nil {
-		return nil, err
+	bin := opts.Binary
+	if bin == "" {
+		var err error
+		if bin, err = f.hubBinary(ctx); err != nil {
+			return nil, err
+		}
 	}
 	f.mu.Lock()
 	if f.stopped {
@@ -309,15 +316,7 @@ func (h *Hub) getOK(ctx context.Context, path string) ([]byte, error) {
 // HeapAlloc returns the hub's HeapAlloc right after a GC: its heap
 // profile with gc=1 (the "# HeapAlloc = <bytes>" line of debug=1).
 func (h *Hub) HeapAlloc(ctx context.Context) (uint64, error) {
-	b, err := h.getOK(ctx, "/debug/pprof/heap?gc=1&debug=1")
-	if err != nil {
-		return 0, err
-	}
-	v, err := profileValue(b, "# HeapAlloc = ")
-	if err != nil {
-		return 0, fmt.Errorf("framework: hub %s heap profile: %w", h.id, err)
-	}
-	return v, nil
+	return HeapAllocAt(ctx, h.http, h.MonitoringURL())
 }
 
 // Goroutines returns how many goroutines the hub runs (its goroutine
@@ -389,4 +388,31 @@ func (h *Hub) getDoc(ctx context.Context, path string, v any) error {
 		return fmt.Errorf("framework: hub %s: decoding %s: %w", h.id, path, err)
 	}
 	return nil
+}
+
+// HeapAllocAt returns the HeapAlloc of the Go process whose pprof handlers
+// are served at baseURL (http://host:port, without /debug/pprof) right
+// after a GC: a meshfed hub's monitoring address, or istiod's debug port.
+func HeapAllocAt(ctx context.Context, c *http.Client, baseURL string) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+"/debug/pprof/heap?gc=1&debug=1", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("framework: heap profile of %s: %w", baseURL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("framework: heap profile of %s: %w", baseURL, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("framework: heap profile of %s: status %d", baseURL, resp.StatusCode)
+	}
+	v, err := profileValue(b, "# HeapAlloc = ")
+	if err != nil {
+		return 0, fmt.Errorf("framework: heap profile of %s: %w", baseURL, err)
+	}
+	return v, nil
 }

@@ -5,7 +5,10 @@ package framework
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // childSysProcAttr puts a child in its own process group (so signals reach
@@ -48,4 +51,54 @@ func newDeadPort() (*deadPort, error) {
 // Close releases the port.
 func (d *deadPort) Close() error {
 	return os.NewSyscallError("close", syscall.Close(d.fd))
+}
+
+// ProcessCPU returns the CPU time (user and system) process pid has used,
+// read from /proc/<pid>/stat, in the kernel's clock ticks (10 ms).
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// fields are counted after its closing one.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("framework: malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("framework: short /proc/%d/stat", pid)
+	}
+	var ticks uint64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("framework: /proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	const clockTicks = 100 // USER_HZ on Linux
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// ProcessRSS returns the resident set size of process pid in bytes, the
+// VmRSS line of /proc/<pid>/status.
+func ProcessRSS(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("framework: /proc/%d/status VmRSS: %w", pid, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("framework: no VmRSS in /proc/%d/status", pid)
 }

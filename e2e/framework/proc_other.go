@@ -3,8 +3,10 @@
 package framework
 
 import (
+	"errors"
 	"net"
 	"syscall"
+	"time"
 )
 
 // childSysProcAttr puts a child in its own process group. Outside Linux
@@ -30,3 +32,13 @@ func newDeadPort() (*deadPort, error) {
 
 // Close releases the port.
 func (d *deadPort) Close() error { return nil }
+
+// ProcessCPU is only implemented on Linux (/proc).
+func ProcessCPU(pid int) (time.Duration, error) {
+	return 0, errors.New("framework: process CPU is read from /proc, Linux only")
+}
+
+// ProcessRSS is only implemented on Linux (/proc).
+func ProcessRSS(pid int) (uint64, error) {
+	return 0, errors.New("framework: process RSS is read from /proc, Linux only")
+}

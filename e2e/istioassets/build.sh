@@ -4,8 +4,11 @@
 #
 #   bash e2e/istioassets/build.sh              # build if needed (no-op when cached)
 #   bash e2e/istioassets/build.sh --print-dir  # print the output dir, don't build
+#   bash e2e/istioassets/build.sh --discovery  # build istiod's pilot-discovery (make istiod)
 #
 # Output: <repo>/bin/istio/<version>/{pilot-agent,istioctl,envoy_bootstrap_tmpl.json,.stamp}
+# and, with --discovery, pilot-discovery (istiod's server, for the side-by-side
+# scale bench only: `make bench-scale`; `make test` does not build it).
 # pilot-agent does not embed Envoy's bootstrap template: Istio's proxy image
 # carries it (/var/lib/istio/envoy/envoy_bootstrap_tmpl.json), so it is
 # copied from the module next to the binaries.
@@ -21,19 +24,27 @@ version="$(awk '$1 == "istio.io/istio" && $2 ~ /^v[0-9]/ {print $2; exit}' "$her
 [[ -n "$version" ]] || { echo "istio-assets: no istio.io/istio version in $here/go.mod" >&2; exit 1; }
 outdir="$root/bin/istio/$version"
 
+targets="pilot-agent istioctl"
 case "${1:-}" in
   --print-dir) printf '%s\n' "$outdir"; exit 0 ;;
+  --discovery) targets="pilot-discovery" ;;
   "") ;;
-  *) echo "usage: $0 [--print-dir]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--print-dir|--discovery]" >&2; exit 2 ;;
 esac
 
 sha256() { if command -v sha256sum >/dev/null 2>&1; then sha256sum; else shasum -a 256; fi; }
 fingerprint="$(cat "$here/go.mod" "$here/go.sum" | sha256 | awk '{print $1}')"
 stamp="$outdir/.stamp"
+[[ "$targets" == pilot-discovery ]] && stamp="$outdir/.stamp-discovery"
 
-if [[ -x "$outdir/pilot-agent" && -x "$outdir/istioctl" && -f "$outdir/envoy_bootstrap_tmpl.json" && -f "$stamp" ]] &&
-   grep -qx "fingerprint=$fingerprint" "$stamp"; then
-  echo "istio-assets: up to date at $outdir" >&2
+up_to_date() {
+  local t
+  for t in $targets; do [[ -x "$outdir/$t" ]] || return 1; done
+  [[ "$targets" == pilot-discovery || -f "$outdir/envoy_bootstrap_tmpl.json" ]] || return 1
+  [[ -f "$stamp" ]] && grep -qx "fingerprint=$fingerprint" "$stamp"
+}
+if up_to_date; then
+  echo "istio-assets: $targets up to date at $outdir" >&2
   exit 0
 fi
 
@@ -57,17 +68,24 @@ istio_dir="$(cd "$here" && go list -m -f '{{.Dir}}' istio.io/istio)"
 istio_version="$(cat "$istio_dir/VERSION")-dev"
 ldflags="-s -w -X istio.io/istio/pkg/version.buildVersion=$istio_version -X istio.io/istio/pkg/version.buildStatus=Clean"
 start=$SECONDS
-echo "istio-assets: building pilot-agent and istioctl $version (a cold build takes ~9 min on 2 cores)..." >&2
-(cd "$here" && go build -ldflags="$ldflags" -o "$tmpdir/" \
-   istio.io/istio/pilot/cmd/pilot-agent istio.io/istio/istioctl/cmd/istioctl)
+pkgs=()
+for t in $targets; do
+  case "$t" in
+    istioctl) pkgs+=(istio.io/istio/istioctl/cmd/istioctl) ;;
+    *) pkgs+=("istio.io/istio/pilot/cmd/$t") ;;
+  esac
+done
+echo "istio-assets: building $targets $version (a cold build takes ~9 min on 2 cores)..." >&2
+(cd "$here" && go build -ldflags="$ldflags" -o "$tmpdir/" "${pkgs[@]}")
 
-install -m 0644 "$istio_dir/tools/packaging/common/envoy_bootstrap.json" "$tmpdir/envoy_bootstrap_tmpl.json"
-mv -f "$tmpdir/envoy_bootstrap_tmpl.json" "$outdir/envoy_bootstrap_tmpl.json"
-mv -f "$tmpdir/pilot-agent" "$outdir/pilot-agent"
-mv -f "$tmpdir/istioctl" "$outdir/istioctl"
+if [[ "$targets" != pilot-discovery ]]; then
+  install -m 0644 "$istio_dir/tools/packaging/common/envoy_bootstrap.json" "$tmpdir/envoy_bootstrap_tmpl.json"
+  mv -f "$tmpdir/envoy_bootstrap_tmpl.json" "$outdir/envoy_bootstrap_tmpl.json"
+fi
+for t in $targets; do mv -f "$tmpdir/$t" "$outdir/$t"; done
 {
   echo "istio=$version ($istio_version)"
   echo "go=$(go env GOVERSION)"
   echo "fingerprint=$fingerprint"
 } > "$stamp"
-echo "istio-assets: built in $((SECONDS - start))s at $outdir" >&2
+echo "istio-assets: built $targets in $((SECONDS - start))s at $outdir" >&2

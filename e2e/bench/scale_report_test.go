@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+)
+
+// scaleColumn is one figure of the envelope table and chart.
+type scaleColumn struct {
+	title  string
+	format string
+	value  func(scaleResult) float64
+}
+
+var scaleColumns = []scaleColumn{
+	{"sync s", "%.2f", func(r scaleResult) float64 { return r.SyncS }},
+	{"sync CPU s", "%.2f", func(r scaleResult) float64 { return r.SyncCPUS }},
+	{"heap MiB", "%.1f", func(r scaleResult) float64 { return r.HeapMiB }},
+	{"heap B/endpoint", "%.0f", func(r scaleResult) float64 { return r.HeapBPerEndpoint }},
+	{"RSS MiB", "%.1f", func(r scaleResult) float64 { return r.RSSMiB }},
+	{"RSS B/endpoint", "%.0f", func(r scaleResult) float64 { return r.RSSBPerEndpoint }},
+	{"connect s", "%.2f", func(r scaleResult) float64 { return r.ConnectS }},
+	{"connect CPU s", "%.2f", func(r scaleResult) float64 { return r.ConnectCPUS }},
+	{"heap w/ clients MiB", "%.1f", func(r scaleResult) float64 { return r.ClientsHeapMiB }},
+	{"change p50 ms", "%.1f", func(r scaleResult) float64 { return r.ChangeP50Ms }},
+	{"change p99 ms", "%.1f", func(r scaleResult) float64 { return r.ChangeP99Ms }},
+	{"CPU s/100 changes", "%.2f", func(r scaleResult) float64 { return r.CPUPer100Changes }},
+	{"storm s", "%.2f", func(r scaleResult) float64 { return r.StormS }},
+	{"storm peak heap x", "%.2f", func(r scaleResult) float64 { return r.StormPeakHeapRatio }},
+}
+
+// scaleTable prints the results one row per control plane and, when istiod
+// or a baseline ran, each meshfed row's ratios to it.
+func scaleTable(cfg scaleConfig, results []scaleResult) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "envelope: %d clusters x %d services x %d endpoints = %d endpoints, %d clients, %d changes\n",
+		cfg.clusters, cfg.services, cfg.endpoints, cfg.totalEndpoints(), cfg.clients, cfg.changes)
+	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := []string{"control plane"}
+	for _, c := range scaleColumns {
+		head = append(head, c.title)
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, r := range results {
+		row := []string{r.Name}
+		for _, c := range scaleColumns {
+			row = append(row, fmt.Sprintf(c.format, c.value(r)))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	for _, ref := range results {
+		if !strings.HasPrefix(ref.Name, "istiod") && !strings.HasPrefix(ref.Name, "baseline") {
+			continue
+		}
+		for _, r := range results {
+			if !strings.HasPrefix(r.Name, "meshfed") {
+				continue
+			}
+			row := []string{r.Name + " / " + ref.Name}
+			for _, c := range scaleColumns {
+				row = append(row, ratio(c.value(r), c.value(ref)))
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+		}
+	}
+	_ = tw.Flush()
+	return sb.String()
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// writeScaleOutputs writes the table (scale.txt), the results as JSON
+// (scale.json) and a bar chart of them (scale.svg) into dir.
+func writeScaleOutputs(dir string, cfg scaleConfig, results []scaleResult, table string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	doc := struct {
+		Clusters  int           `json:"clusters"`
+		Services  int           `json:"servicesPerCluster"`
+		Endpoints int           `json:"endpointsPerService"`
+		Total     int           `json:"endpoints"`
+		Clients   int           `json:"clients"`
+		Changes   int           `json:"changes"`
+		Results   []scaleResult `json:"results"`
+	}{cfg.clusters, cfg.services, cfg.endpoints, cfg.totalEndpoints(), cfg.clients, cfg.changes, results}
+	js, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{
+		"scale.json": append(js, '\n'),
+		"scale.txt":  []byte(table),
+		"scale.svg":  []byte(scaleSVG(cfg, results)),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scaleSVG draws one group of horizontal bars per figure, a bar per control
+// plane, each group scaled to its largest value (all figures are costs:
+// shorter is better).
+func scaleSVG(cfg scaleConfig, results []scaleResult) string {
+	const (
+		width, labelW, barH, gap, top = 900, 300, 16, 28, 40
+	)
+	colors := []string{"#2b6cb0", "#38a169", "#d69e2e", "#c53030", "#6b46c1"}
+	groupH := len(results)*barH + gap // every figure here is a cost
+	height := top + len(scaleColumns)*groupH + 20
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)
+	fmt.Fprintf(&sb, `<text x="10" y="20" font-size="14" font-weight="bold">%s</text>`+"\n",
+		html.EscapeString(fmt.Sprintf("meshfed scale envelope: %d clusters, %d endpoints, %d clients (shorter is better)",
+			cfg.clusters, cfg.totalEndpoints(), cfg.clients)))
+	y := top
+	for _, c := range scaleColumns {
+		peak := 0.0
+		for _, r := range results {
+			peak = max(peak, c.value(r))
+		}
+		fmt.Fprintf(&sb, `<text x="10" y="%d" font-weight="bold">%s</text>`+"\n", y+12, html.EscapeString(c.title))
+		for i, r := range results {
+			v := c.value(r)
+			w := 0.0
+			if peak > 0 {
+				w = v / peak * float64(width-labelW-120)
+			}
+			by := y + 16 + i*barH
+			fmt.Fprintf(&sb, `<text x="20" y="%d">%s</text>`, by+11, html.EscapeString(r.Name))
+			fmt.Fprintf(&sb, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`, labelW, by, w, barH-3, colors[i%len(colors)])
+			fmt.Fprintf(&sb, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(labelW)+w+6, by+11, fmt.Sprintf(c.format, v))
+		}
+		y += groupH + 8
+	}
+	sb.WriteString("</svg>\n")
+	return sb.String()
+}
