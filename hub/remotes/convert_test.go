@@ -1,10 +1,8 @@
 package remotes
 
 import (
-	"fmt"
-	"runtime"
-	"strings"
 	"testing"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -39,8 +37,8 @@ func TestPortProtocol(t *testing.T) {
 func TestEndpointsFromSlices(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{
 		LabelRegion: "eu", LabelZone: "eu-1", LabelSubZone: "rack-7"}}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "echo", "version": "v1"}},
-		Spec: corev1.PodSpec{ServiceAccountName: "sa"}}
+	podLabels := map[string]string{"app": "echo", "version": "v1"}
+	pod := &podInfo{labels: model.NewLabels(podLabels), shared: unique.Make(podShared{serviceAccount: "sa"})}
 	look := endpointLookup{
 		node: func(name string) *corev1.Node {
 			if name == "n1" {
@@ -48,7 +46,7 @@ func TestEndpointsFromSlices(t *testing.T) {
 			}
 			return nil
 		},
-		pod: func(ns, name string) *corev1.Pod {
+		pod: func(ns, name string) *podInfo {
 			if ns == "demo" && name == "p1" {
 				return pod
 			}
@@ -96,75 +94,10 @@ func TestEndpointsFromSlices(t *testing.T) {
 		first.Locality != (model.Locality{Region: "eu", Zone: "eu-1", SubZone: "rack-7"}) || first.Ports["grpc"] != 9000 {
 		t.Errorf("first endpoint = %+v", first)
 	}
-	if want := model.NewLabels(pod.Labels); first.Labels != want {
+	if want := model.NewLabels(podLabels); first.Labels != want {
 		t.Errorf("first endpoint's labels = %v, want the Pod's %v", first.Labels, want)
 	}
 	if second.Address.String() != "10.0.0.2" || !second.Ready || second.Cluster != "c1" || !second.Labels.IsZero() {
 		t.Errorf("deduplicated endpoint = %+v", second)
 	}
-}
-
-func TestTransformKeepsPodLabels(t *testing.T) {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "echo", "version": "v1"},
-			Annotations: map[string]string{"big": "dropped"}},
-		Spec: corev1.PodSpec{ServiceAccountName: "sa", Containers: []corev1.Container{{Name: "c"}}},
-	}
-	out, err := transformObject(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := out.(*corev1.Pod)
-	if p.Labels["version"] != "v1" || p.Labels["app"] != "echo" || p.Annotations != nil || p.Spec.Containers != nil ||
-		p.Spec.ServiceAccountName != "sa" {
-		t.Errorf("transformed pod = %+v", p)
-	}
-}
-
-// BenchmarkTransformedPodHeap measures the informer heap a transformed Pod
-// keeps, with its labels (as the watcher keeps them, for subsets) and
-// without (as before): six labels of an Istio-injected Deployment.
-// Figures: retained-B/pod.
-func BenchmarkTransformedPodHeap(b *testing.B) {
-	const pods = 5_000
-	newPod := func(i int) *corev1.Pod {
-		s := func(v string) string { return strings.Clone(v) }
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("echo-7d9f8c-%05d", i), Namespace: s("demo"),
-				Labels: map[string]string{s("app"): s("echo"), s("version"): s("v1"), s("pod-template-hash"): s("7d9f8c"),
-					s("security.istio.io/tlsMode"): s("istio"), s("service.istio.io/canonical-name"): s("echo"),
-					s("service.istio.io/canonical-revision"): s("v1")},
-				Annotations: map[string]string{s("sidecar.istio.io/status"): s(strings.Repeat("x", 200))}},
-			Spec:   corev1.PodSpec{ServiceAccountName: s("echo"), NodeName: s("node-1"), Containers: []corev1.Container{{Name: s("echo"), Image: s("echo:1")}}},
-			Status: corev1.PodStatus{PodIP: fmt.Sprintf("10.0.%d.%d", i/256, i%256), Phase: corev1.PodRunning},
-		}
-	}
-	for _, keep := range []bool{true, false} {
-		b.Run(fmt.Sprintf("labels=%v", keep), func(b *testing.B) {
-			var per float64
-			for b.Loop() {
-				before := liveHeap()
-				kept := make([]*corev1.Pod, pods)
-				for i := range kept {
-					obj, _ := transformObject(newPod(i))
-					p := obj.(*corev1.Pod)
-					if !keep {
-						p.Labels = nil
-					}
-					kept[i] = p
-				}
-				per = float64(liveHeap()-before) / pods
-				runtime.KeepAlive(kept)
-			}
-			b.ReportMetric(per, "retained-B/pod")
-		})
-	}
-}
-
-func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
 }

@@ -7,12 +7,15 @@
 // deleted entry cancels the cluster and removes its state from the store.
 //
 // Watcher is the multicluster.Aware component engaged for each cluster. It
-// watches Services, EndpointSlices, Pods, Nodes and Namespaces through the
+// watches Services, EndpointSlices, Nodes and Namespaces through the
 // cluster's cache, with transforms that keep only the fields the registry
-// needs (a Pod keeps its labels, service account, node and IPs), and turns
-// them into model.ServiceShards, each endpoint with its Pod's labels and
-// service account; a change of a Pod (a relabel) recomputes the shards of
-// the Services whose endpoints it backs. Once the cluster's informers have
+// needs, and Pods through informers of the cluster's own (podCache) that
+// keep a small podInfo per Pod (interned labels, service account, node);
+// every client asks for protobuf. It turns them into model.ServiceShards,
+// each endpoint with its Pod's labels and service account, finding a
+// Service's EndpointSlices through an index by Service; a change of a Pod
+// (a relabel) recomputes the shards of the Services whose endpoints it
+// backs. Once the cluster's informers have
 // synced it publishes the whole cluster in one step, then one shard per
 // changed Service.
 //

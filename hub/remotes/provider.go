@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -48,7 +49,10 @@ type ProviderOptions struct {
 	// Ownership decides which clusters this replica watches; nil means all.
 	Ownership Ownership
 	// NewCluster builds a cluster from its client configuration; nil means
-	// NewRemoteCluster.
+	// NewRemoteCluster. The Watcher engages only clusters NewRemoteCluster
+	// built (it reads their Pods from the podCache they carry): a
+	// replacement may change the configuration it is given, not the
+	// cluster's type.
 	NewCluster func(id model.ClusterID, cfg *rest.Config, scope Scope, st *Status) (cluster.Cluster, error)
 	// StopGrace bounds how long the provider's end waits for the remote
 	// clusters' caches to stop; default DefaultStopGrace.
@@ -554,29 +558,93 @@ func (p *Provider) stopAll() {
 }
 
 // NewRemoteCluster builds the cluster.Cluster of a remote: a cache of the
-// five watched kinds only, objects shrunk by transformObject, no deep copies
-// on read (the watcher never mutates), a static REST mapper, and watch
-// errors reported to st.
+// four watched kinds other than Pods, objects shrunk by transformObject,
+// EndpointSlices indexed by their Service (IndexSliceService), no deep
+// copies on read (the watcher never mutates), a static REST mapper; and the
+// cluster's Pods in a podCache of their own (pods.go), started and stopped
+// with the cluster. Every client asks for protobuf, and watch errors are
+// reported to st.
 func NewRemoteCluster(id model.ClusterID, cfg *rest.Config, scope Scope, st *Status) (cluster.Cluster, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "meshfed-hub"
 	cfg.QPS, cfg.Burst = 50, 100
-	return cluster.New(cfg, func(o *cluster.Options) {
+	cl, err := cluster.New(cfg, func(o *cluster.Options) {
 		o.Scheme = watchedScheme()
 		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return staticRESTMapper(), nil }
 		defer scope.applyTo(&o.Cache)
 		o.Cache = cache.Options{
 			DefaultTransform:             transformObject,
 			DefaultUnsafeDisableDeepCopy: ptr.To(true),
-			DefaultWatchErrorHandler: func(ctx context.Context, _ *toolscache.Reflector, err error) {
-				if ctx.Err() != nil || isRoutineWatchEnd(err) {
-					return
-				}
-				st.Set(id, "", StateUnreachable, err.Error())
-				st.CountError(string(id), ReasonWatchError)
-			},
+			DefaultWatchErrorHandler:     watchErrorHandler(id, st),
 		}
 	})
+	if err != nil {
+		return nil, err
+	}
+	// Before the cache starts: an informer takes no index once it runs.
+	if err := cl.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, IndexSliceService, sliceService); err != nil {
+		return nil, fmt.Errorf("remotes: indexing the EndpointSlices of cluster %s: %w", id, err)
+	}
+	pods, err := newPodCache(id, cfg, cl.GetHTTPClient(), scope, st)
+	if err != nil {
+		return nil, err
+	}
+	return &remoteCluster{Cluster: cl, pods: pods}, nil
+}
+
+// IndexSliceService is the field index of a remote cluster's EndpointSlices
+// by the Service they belong to (their kubernetes.io/service-name label):
+// the watcher finds a Service's slices by it, in time independent of the
+// other slices of the namespace.
+const IndexSliceService = "meshfed.service"
+
+// sliceService extracts IndexSliceService.
+func sliceService(o client.Object) []string {
+	if name := o.GetLabels()[discoveryv1.LabelServiceName]; name != "" {
+		return []string{name}
+	}
+	return nil
+}
+
+// remoteCluster is a remote's cluster.Cluster with the podCache the
+// watcher reads its Pods from.
+type remoteCluster struct {
+	cluster.Cluster
+	pods *podCache
+}
+
+// Start runs the cluster's cache and its Pod informers until ctx ends (or
+// the cache fails), and returns once both have stopped.
+func (c *remoteCluster) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { c.pods.run(ctx) })
+	err := c.Cluster.Start(ctx)
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// podsOf returns the podCache of a cluster built by NewRemoteCluster.
+func podsOf(cl cluster.Cluster) (*podCache, bool) {
+	rc, ok := cl.(*remoteCluster)
+	if !ok {
+		return nil, false
+	}
+	return rc.pods, true
+}
+
+// watchErrorHandler reports the failed watches of cluster id to st, but not
+// the routine ends of a watch, nor those of a stopping cluster.
+func watchErrorHandler(id model.ClusterID, st *Status) toolscache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, _ *toolscache.Reflector, err error) {
+		if ctx.Err() != nil || isRoutineWatchEnd(err) {
+			return
+		}
+		st.Set(id, "", StateUnreachable, err.Error())
+		st.CountError(string(id), ReasonWatchError)
+	}
 }
 
 func metaLabelSelector(s string) (labels.Selector, error) { return labels.Parse(s) }

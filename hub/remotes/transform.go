@@ -1,6 +1,7 @@
 package remotes
 
 import (
+	"slices"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,16 +55,13 @@ func stripMeta(m *metav1.ObjectMeta, keepLabels bool) {
 	}
 }
 
-// transformObject shrinks an object before it enters the informer's store.
-// A Pod keeps only its labels (DestinationRule subsets select endpoints by
-// them), service account, node and IPs; a Node only its topology labels.
+// transformObject shrinks an object before it enters the informer's store:
+// a Node keeps only its topology labels; a Service, an EndpointSlice and a
+// Namespace lose the metadata nobody reads, and an EndpointSlice's
+// endpoints keep only what endpointsFromSlices reads (leanEndpoint). Pods
+// are not in this cache: see podCache.
 var transformObject toolscache.TransformFunc = func(obj any) (any, error) {
 	switch o := obj.(type) {
-	case *corev1.Pod:
-		stripMeta(&o.ObjectMeta, true)
-		o.Labels = internLabels(o.Labels)
-		o.Spec = corev1.PodSpec{ServiceAccountName: o.Spec.ServiceAccountName, NodeName: o.Spec.NodeName}
-		o.Status = corev1.PodStatus{PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs, Phase: o.Status.Phase}
 	case *corev1.Node:
 		labels := map[string]string{}
 		for _, k := range []string{LabelRegion, LabelZone, LabelSubZone} {
@@ -80,6 +78,16 @@ var transformObject toolscache.TransformFunc = func(obj any) (any, error) {
 		o.Status = corev1.ServiceStatus{}
 	case *discoveryv1.EndpointSlice:
 		stripMeta(&o.ObjectMeta, true)
+		o.Labels = internLabels(o.Labels)
+		o.Namespace = intern(o.Namespace)
+		if cap(o.Endpoints) > len(o.Endpoints) {
+			// Decoding appends: up to half the array can be spare.
+			o.Endpoints = slices.Clone(o.Endpoints)
+		}
+		shared := map[string]*string{}
+		for i := range o.Endpoints {
+			leanEndpoint(&o.Endpoints[i], shared)
+		}
 	case *corev1.Namespace:
 		stripMeta(&o.ObjectMeta, true)
 		o.Spec = corev1.NamespaceSpec{}
@@ -87,20 +95,76 @@ var transformObject toolscache.TransformFunc = func(obj any) (any, error) {
 	return obj, nil
 }
 
+// Shared condition values of the endpoints in the cache. Read-only, as
+// every object of the cache is (DefaultUnsafeDisableDeepCopy: readers get
+// the stored objects themselves and never modify them).
+var condTrue, condFalse = true, false
+
+// sharedCondition returns a pointer to a shared value equal to *b (nil for
+// nil), so that an endpoint's three conditions cost no allocation each.
+func sharedCondition(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return &condTrue
+	default:
+		return &condFalse
+	}
+}
+
+// leanEndpoint keeps of an EndpointSlice's endpoint what the registry
+// reads: its addresses, conditions (shared values), node, and the kind,
+// namespace and name of its target (the Pod). Node, zone and hostname are
+// interned, and the endpoints of one slice on one node (or zone) share one
+// pointer to its name, found in shared; topology hints and the deprecated
+// topology are dropped.
+func leanEndpoint(e *discoveryv1.Endpoint, shared map[string]*string) {
+	e.Conditions = discoveryv1.EndpointConditions{
+		Ready:       sharedCondition(e.Conditions.Ready),
+		Serving:     sharedCondition(e.Conditions.Serving),
+		Terminating: sharedCondition(e.Conditions.Terminating),
+	}
+	if r := e.TargetRef; r != nil {
+		*r = corev1.ObjectReference{Kind: intern(r.Kind), Namespace: intern(r.Namespace), Name: r.Name}
+	}
+	share := func(s *string) *string {
+		if s == nil {
+			return nil
+		}
+		if p, ok := shared[*s]; ok {
+			return p
+		}
+		*s = intern(*s)
+		shared[*s] = s
+		return s
+	}
+	e.NodeName, e.Zone = share(e.NodeName), share(e.Zone)
+	if e.Hostname != nil {
+		*e.Hostname = intern(*e.Hostname)
+	}
+	e.Hints = nil
+	e.DeprecatedTopology = nil
+}
+
+// intern returns s with the storage of every other interned string equal to
+// it; best effort, as internLabels.
+func intern(s string) string { return unique.Make(s).Value() }
+
 // internLabels returns m, right-sized, with every key and value interned:
-// the Pods of one Deployment carry the same labels, so the informer's store
-// shares their strings instead of holding a copy per Pod
-// (BenchmarkTransformedPodHeap: six labels cost ~500 B per Pod as decoded,
-// ~340 B interned). Best effort, as federation's intern: no handle is kept,
-// so a string is shared by the Pods decoded between two garbage
-// collections, which still turns a copy per Pod into a few per Deployment.
+// objects of one kind carry the same few labels (an EndpointSlice those of
+// its Service and controller), so the informer's store shares their strings
+// instead of holding a copy per object. Best effort, as federation's
+// intern: no handle is kept, so a string is shared by the objects decoded
+// between two garbage collections, which still turns a copy per object
+// into a few.
 func internLabels(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return nil
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		out[unique.Make(k).Value()] = unique.Make(v).Value()
+		out[intern(k)] = intern(v)
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,10 +99,15 @@ func (w *Watcher) Start(ctx context.Context) error {
 	return nil
 }
 
-// Engage starts watching cl until ctx ends. It does not block: listing an
-// unreachable cluster must not hold up the others.
+// Engage starts watching cl, which NewRemoteCluster built, until ctx ends.
+// It does not block: listing an unreachable cluster must not hold up the
+// others.
 func (w *Watcher) Engage(ctx context.Context, name multicluster.ClusterName, cl cluster.Cluster) error {
 	id := model.ClusterID(name)
+	pods, ok := podsOf(cl)
+	if !ok {
+		return fmt.Errorf("remotes: cluster %s was not built by NewRemoteCluster: %w", id, errNoPodCache)
+	}
 	w.mu.Lock()
 	if w.engaged[id] == cl {
 		w.mu.Unlock()
@@ -112,14 +118,16 @@ func (w *Watcher) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 
 	st, _ := w.opts.Status.Get(id)
 	cw := &clusterWatch{
-		w:      w,
-		id:     id,
-		scope:  st.Scope,
-		gen:    w.opts.Sink.NextGeneration(id),
-		cl:     cl,
-		log:    w.opts.Log.WithValues("cluster", id),
-		podSvc: map[types.NamespacedName]map[types.NamespacedName]struct{}{},
-		nodSvc: map[string]map[types.NamespacedName]struct{}{},
+		w:       w,
+		id:      id,
+		scope:   st.Scope,
+		gen:     w.opts.Sink.NextGeneration(id),
+		cl:      cl,
+		pods:    pods,
+		log:     w.opts.Log.WithValues("cluster", id),
+		podSvc:  map[string]map[string]string{},
+		podMore: map[types.NamespacedName][]types.NamespacedName{},
+		nodSvc:  map[string]map[types.NamespacedName]struct{}{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[types.NamespacedName](),
 			// The retry delays wait on the injected clock too.
@@ -140,24 +148,35 @@ func (w *Watcher) Engage(ctx context.Context, name multicluster.ClusterName, cl 
 	return nil
 }
 
+// errNoPodCache is why a cluster not built by NewRemoteCluster cannot be
+// watched: the watcher reads Pods from the podCache such a cluster carries.
+var errNoPodCache = errors.New("no pod cache")
+
 // clusterWatch is the watch of one cluster by one generation of watcher.
 type clusterWatch struct {
-	w   *Watcher
-	id  model.ClusterID
-	gen model.Generation
-	cl  cluster.Cluster
-	log logr.Logger
+	w    *Watcher
+	id   model.ClusterID
+	gen  model.Generation
+	cl   cluster.Cluster
+	pods *podCache
+	log  logr.Logger
 	// scope is the cluster's own discovery scope, applied with the
 	// hub-wide DiscoverySelector.
 	scope Scope
 
 	queue workqueue.TypedRateLimitingInterface[types.NamespacedName]
 
-	mu sync.Mutex // guards podSvc and nodSvc
-	// podSvc and nodSvc index the services whose shards used a Pod or a
-	// Node, so a change of either recomputes exactly those services.
-	podSvc map[types.NamespacedName]map[types.NamespacedName]struct{}
-	nodSvc map[string]map[types.NamespacedName]struct{}
+	mu sync.Mutex // guards podSvc, podMore and nodSvc
+	// podSvc, podMore and nodSvc index the services whose shards used a
+	// Pod or a Node, so a change of either recomputes exactly those
+	// services. A Pod backs one Service of its namespace as a rule: podSvc
+	// holds that one by namespace, then Pod name (two strings an entry,
+	// ~66 bytes, shared with the EndpointSlices), and podMore any other
+	// link of a Pod (to a second Service, or one of another namespace),
+	// never one in podSvc nor twice.
+	podSvc  map[string]map[string]string
+	podMore map[types.NamespacedName][]types.NamespacedName
+	nodSvc  map[string]map[types.NamespacedName]struct{}
 }
 
 func (cw *clusterWatch) run(ctx context.Context) {
@@ -209,10 +228,10 @@ func (cw *clusterWatch) run(ctx context.Context) {
 	}
 }
 
-// waitForSync waits for the cluster's informers; it returns false when ctx
-// ends first.
+// waitForSync waits for the cluster's informers, its Pod informers
+// included; it returns false when ctx ends first.
 func (cw *clusterWatch) waitForSync(ctx context.Context) bool {
-	return cw.cl.GetCache().WaitForCacheSync(ctx)
+	return cw.cl.GetCache().WaitForCacheSync(ctx) && cw.pods.waitForSync(ctx)
 }
 
 // monitor reports the cluster's reachability until ctx ends. Informers
@@ -392,13 +411,6 @@ func (cw *clusterWatch) addHandlers(ctx context.Context) error {
 			}
 		}
 	}
-	podKey := func(obj any) {
-		if o := metaOf(obj); o != nil {
-			cw.enqueueIndexed(func() map[types.NamespacedName]struct{} {
-				return cw.podSvc[types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()}]
-			})
-		}
-	}
 	nodeKey := func(obj any) {
 		if o := metaOf(obj); o != nil {
 			cw.enqueueIndexed(func() map[types.NamespacedName]struct{} { return cw.nodSvc[o.GetName()] })
@@ -415,7 +427,6 @@ func (cw *clusterWatch) addHandlers(ctx context.Context) error {
 	}{
 		{&corev1.Service{}, svcKey},
 		{&discoveryv1.EndpointSlice{}, sliceKey},
-		{&corev1.Pod{}, podKey},
 		{&corev1.Node{}, nodeKey},
 		{&corev1.Namespace{}, nsKey},
 	} {
@@ -428,6 +439,31 @@ func (cw *clusterWatch) addHandlers(ctx context.Context) error {
 		if err := add(reg.obj, h); err != nil {
 			return err
 		}
+	}
+	// A Pod event recomputes the services that use the Pod; an update
+	// that leaves what they read unchanged (a status change) none. A
+	// deleted Pod's links go: the services it backed recompute, and those
+	// whose slices still name it link it again.
+	podKey := func(obj any) {
+		if p := podOf(obj); p != nil {
+			cw.queueAll(cw.podServices(types.NamespacedName{Namespace: p.namespace(), Name: p.name}, false))
+		}
+	}
+	err := cw.pods.addEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: podKey,
+		UpdateFunc: func(old, obj any) {
+			if o, p := podOf(old), podOf(obj); o == nil || p == nil || !o.sameForRegistry(p) {
+				podKey(obj)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if p := podOf(obj); p != nil {
+				cw.queueAll(cw.podServices(types.NamespacedName{Namespace: p.namespace(), Name: p.name}, true))
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("pod informer: %w", err)
 	}
 	return nil
 }
@@ -447,9 +483,39 @@ func (cw *clusterWatch) enqueueIndexed(set func() map[types.NamespacedName]struc
 		keys = append(keys, k)
 	}
 	cw.mu.Unlock()
+	cw.queueAll(keys)
+}
+
+func (cw *clusterWatch) queueAll(keys []types.NamespacedName) {
 	for _, k := range keys {
 		cw.queue.Add(k)
 	}
+}
+
+// podServices returns the services whose shards used Pod pod, and with
+// forget drops those links.
+func (cw *clusterWatch) podServices(pod types.NamespacedName, forget bool) []types.NamespacedName {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	byName := cw.podSvc[pod.Namespace]
+	svc, ok := byName[pod.Name]
+	more := cw.podMore[pod]
+	if !ok && len(more) == 0 {
+		return nil
+	}
+	out := make([]types.NamespacedName, 0, 1+len(more))
+	if ok {
+		out = append(out, types.NamespacedName{Namespace: pod.Namespace, Name: svc})
+	}
+	out = append(out, more...)
+	if forget {
+		delete(byName, pod.Name)
+		if len(byName) == 0 {
+			delete(cw.podSvc, pod.Namespace)
+		}
+		delete(cw.podMore, pod)
+	}
+	return out
 }
 
 func (cw *clusterWatch) enqueueNamespace(ctx context.Context, ns string) {
@@ -541,39 +607,31 @@ func (cw *clusterWatch) compute(ctx context.Context, key types.NamespacedName) (
 	}
 	var list discoveryv1.EndpointSliceList
 	if err := c.List(ctx, &list, client.InNamespace(key.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+		client.MatchingFields{IndexSliceService: key.Name}); err != nil {
 		return nil, h, err
 	}
 	slices := make([]*discoveryv1.EndpointSlice, len(list.Items))
 	for i := range list.Items {
 		slices[i] = &list.Items[i]
 	}
-	var pods []types.NamespacedName
-	var nodes []string
+	// Linked before they are read: an event of a Pod or Node stored after
+	// the read below finds the link, and recomputes the service.
+	pods, nodes := endpointRefs(slices)
+	cw.index(key, pods, nodes)
 	look := endpointLookup{
 		node: func(name string) *corev1.Node {
-			nodes = append(nodes, name)
 			var n corev1.Node
 			if c.Get(ctx, types.NamespacedName{Name: name}, &n) != nil {
 				return nil
 			}
 			return &n
 		},
-		pod: func(ns, name string) *corev1.Pod {
-			k := types.NamespacedName{Namespace: ns, Name: name}
-			pods = append(pods, k)
-			var p corev1.Pod
-			if c.Get(ctx, k, &p) != nil {
-				return nil
-			}
-			return &p
-		},
+		pod: cw.pods.get,
 	}
 	shard := &model.ServiceShard{
 		Service:   serviceFromKube(&svc, cw.w.opts.DomainSuffix),
 		Endpoints: endpointsFromSlices(cw.id, slices, look),
 	}
-	cw.index(key, pods, nodes)
 	return shard, h, nil
 }
 
@@ -582,14 +640,27 @@ func (cw *clusterWatch) index(key types.NamespacedName, pods []types.NamespacedN
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
 	// Forget old links of key lazily: a stale link only costs one
-	// recomputation that finds nothing changed.
+	// recomputation that finds nothing changed. (A deleted Pod's links go
+	// with it: podServices.)
 	for _, p := range pods {
-		set := cw.podSvc[p]
-		if set == nil {
-			set = map[types.NamespacedName]struct{}{}
-			cw.podSvc[p] = set
+		if p.Namespace == key.Namespace {
+			byName := cw.podSvc[p.Namespace]
+			if byName == nil {
+				byName = map[string]string{}
+				cw.podSvc[p.Namespace] = byName
+			}
+			svc, ok := byName[p.Name]
+			if !ok {
+				byName[p.Name] = key.Name
+				continue
+			}
+			if svc == key.Name {
+				continue
+			}
 		}
-		set[key] = struct{}{}
+		if !slices.Contains(cw.podMore[p], key) {
+			cw.podMore[p] = append(cw.podMore[p], key)
+		}
 	}
 	for _, n := range nodes {
 		set := cw.nodSvc[n]
