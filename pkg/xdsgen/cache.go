@@ -35,6 +35,9 @@ type Cache struct {
 	// a group to which no distribute entry applies: the same for every
 	// group of that cluster and region, whatever their zones.
 	coarse map[model.Hostname]map[ProxyGroup]endpointsEntry
+	// pools holds per hostname the LbEndpoints every group's assignments
+	// share (lbPool), for the merged service they were last built from.
+	pools map[model.Hostname]*lbPool
 }
 
 type serviceEntry struct {
@@ -55,7 +58,20 @@ func NewCache() *Cache {
 		services:  map[model.Hostname]serviceEntry{},
 		endpoints: map[model.Hostname]map[ProxyGroup]endpointsEntry{},
 		coarse:    map[model.Hostname]map[ProxyGroup]endpointsEntry{},
+		pools:     map[model.Hostname]*lbPool{},
 	}
+}
+
+// poolOf returns the LbEndpoint pool of ms, starting a new one when ms is
+// not the service the hostname's pool was made for.
+func (c *Cache) poolOf(ms *model.MergedService) *lbPool {
+	h := ms.Service.Hostname
+	if p := c.pools[h]; p != nil && p.ms == ms {
+		return p
+	}
+	p := newLBPool(ms)
+	c.pools[h] = p
+	return p
 }
 
 // Service returns the LDS/RDS/CDS resources for svc under the Istio
@@ -115,7 +131,7 @@ func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istio
 		c.endpoints[h] = byGroup
 	}
 	if distributeApplies(dr, g) {
-		res = LoadAssignments(ms, g, dr)
+		res = loadAssignments(ms, g, dr, c.poolOf(ms))
 	} else {
 		cg := g.coarse()
 		shared := c.coarse[h]
@@ -126,7 +142,7 @@ func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istio
 				shared = map[ProxyGroup]endpointsEntry{}
 				c.coarse[h] = shared
 			}
-			res = LoadAssignments(ms, g, dr)
+			res = loadAssignments(ms, g, dr, c.poolOf(ms))
 			shared[cg] = endpointsEntry{ms: ms, dr: dr, res: res}
 		}
 	}
@@ -140,6 +156,7 @@ func (c *Cache) Forget(h model.Hostname) {
 	delete(c.services, h)
 	delete(c.endpoints, h)
 	delete(c.coarse, h)
+	delete(c.pools, h)
 }
 
 // ForgetGroup drops the load assignments memoized for proxy group g, for
@@ -151,6 +168,7 @@ func (c *Cache) ForgetGroup(g ProxyGroup) {
 		delete(byGroup, g)
 		if len(byGroup) == 0 {
 			delete(c.endpoints, h)
+			delete(c.pools, h)
 		}
 	}
 	cg := g.coarse()

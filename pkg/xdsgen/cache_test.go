@@ -3,6 +3,8 @@ package xdsgen
 import (
 	"testing"
 
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
@@ -123,5 +125,56 @@ func TestCacheLoadAssignments(t *testing.T) {
 	}
 	if res, rebuilt := c.LoadAssignments(&model.MergedService{}, groupEast, nil); rebuilt || res != nil {
 		t.Error("view without service")
+	}
+}
+
+// TestCacheSharesLbEndpoints: the assignments of two groups that see the
+// endpoints in other priorities hold the very same LbEndpoint of each
+// endpoint, equal to what a build without the cache makes; a new view of
+// the service starts a new pool, and the pool goes with the hostname's
+// last group.
+func TestCacheSharesLbEndpoints(t *testing.T) {
+	c := NewCache()
+	ms := fleet(true)
+	groupEU := ProxyGroup{Cluster: "cluster-3", Region: "eu-west"}
+	east, _ := c.LoadAssignments(ms, groupEast, nil)
+	eu, _ := c.LoadAssignments(ms, groupEU, nil)
+	for i := range east {
+		if !proto.Equal(east[i], LoadAssignments(ms, groupEast, nil)[i]) || !proto.Equal(eu[i], LoadAssignments(ms, groupEU, nil)[i]) {
+			t.Fatalf("assignment %d differs from a build without the pool", i)
+		}
+	}
+	byAddr := func(cla *endpointv3.ClusterLoadAssignment) map[string]*endpointv3.LbEndpoint {
+		out := map[string]*endpointv3.LbEndpoint{}
+		for _, lle := range cla.GetEndpoints() {
+			for _, lb := range lle.GetLbEndpoints() {
+				out[lb.GetEndpoint().GetAddress().GetSocketAddress().GetAddress()] = lb
+			}
+		}
+		return out
+	}
+	a, b := byAddr(east[0]), byAddr(eu[0])
+	if len(a) == 0 || len(a) != len(b) {
+		t.Fatalf("%d and %d endpoints", len(a), len(b))
+	}
+	if east[0].GetEndpoints()[0].GetPriority() == eu[0].GetEndpoints()[0].GetPriority() &&
+		east[0].GetEndpoints()[0].GetLocality().GetRegion() == eu[0].GetEndpoints()[0].GetLocality().GetRegion() {
+		t.Fatal("the two groups should see different localities first")
+	}
+	for addr, lb := range a {
+		if b[addr] != lb {
+			t.Errorf("endpoint %s: each group has its own LbEndpoint", addr)
+		}
+	}
+
+	next := fleet(false)
+	east2, _ := c.LoadAssignments(next, groupEast, nil)
+	if lb := byAddr(east2[0])["10.2.0.1"]; lb == nil || lb == a["10.2.0.1"] {
+		t.Error("a new view of the service reused the old view's LbEndpoints")
+	}
+	c.ForgetGroup(groupEast)
+	c.ForgetGroup(groupEU)
+	if len(c.pools) != 0 {
+		t.Errorf("%d pools left after the last group", len(c.pools))
 	}
 }

@@ -126,6 +126,12 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 // metadata: they are outside the mesh. LoadAssignments is pure and
 // does not modify ms or dr; nil ms (or ms.Service) yields nil.
 func LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule) []*endpointv3.ClusterLoadAssignment {
+	return loadAssignments(ms, g, dr, nil)
+}
+
+// loadAssignments is LoadAssignments taking its LbEndpoints from pool, a
+// pool of ms's (nil: none; each assignment then has its own).
+func loadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule, pool *lbPool) []*endpointv3.ClusterLoadAssignment {
 	if ms == nil || dnsResolved(ms.Service) {
 		return nil
 	}
@@ -141,7 +147,7 @@ func LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Dest
 	}
 	h := ms.Service.Hostname
 	out := make([]*endpointv3.ClusterLoadAssignment, 0, len(ports)*(1+len(subsets)))
-	var b assignmentBuilder
+	b := assignmentBuilder{pool: pool}
 	for _, sp := range ports {
 		prox := newProximity(g, effectivePolicy(dr, sp.Port, "").GetLoadBalancer().GetLocalityLbSetting())
 		out = append(out, b.build(ms, sp, &prox, ClusterName(h, sp.Port), nil))
@@ -163,6 +169,8 @@ type candidate struct {
 	hostPort
 	// injected: the endpoint's Pod carries TLSModeLabel=TLSModeIstio.
 	injected bool
+	// idx is the endpoint's index in its MergedService's Endpoints.
+	idx uint32
 }
 
 // hostPort is an IP address (IPv4 as IPv4-mapped IPv6, big-endian halves) and
@@ -218,6 +226,8 @@ func compareLocality(a, b model.Locality) int {
 
 // assignmentBuilder holds scratch space reused across the ports of a service.
 type assignmentBuilder struct {
+	// pool, when set, supplies the LbEndpoints (see lbPool).
+	pool  *lbPool
 	cands []candidate
 	seen  map[hostPort]struct{}
 	// Distinct localities: ids in order of first appearance, and the rank of
@@ -286,6 +296,7 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 			key:      uint64(prox.class(ep))<<32 | uint64(lastID),
 			hostPort: newHostPort(ep.Address, uint16(tp)),
 			injected: lastInjected,
+			idx:      uint32(i),
 		})
 	}
 	b.cands = cands
@@ -333,16 +344,22 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 	// every element is used in place and belongs to this assignment only.
 	// The injected endpoints share one metadata message: read-only, like
 	// the rest of the assignment.
-	var tlsMetadata *corev3.Metadata
-	eps := make([]endpointBlock, len(kept))
 	lbs := make([]*endpointv3.LbEndpoint, len(kept))
-	for i, c := range kept {
-		lbs[i] = eps[i].init(c.addrPort())
-		if c.injected {
-			if tlsMetadata == nil {
-				tlsMetadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{TransportSocketMatchKey: tlsModeIstioStruct()}}
+	if b.pool != nil {
+		for i, c := range kept {
+			lbs[i] = b.pool.get(sp.Port, len(ms.Endpoints), c)
+		}
+	} else {
+		var tlsMetadata *corev3.Metadata
+		eps := make([]endpointBlock, len(kept))
+		for i, c := range kept {
+			lbs[i] = eps[i].init(c.addrPort())
+			if c.injected {
+				if tlsMetadata == nil {
+					tlsMetadata = newTLSMetadata()
+				}
+				lbs[i].Metadata = tlsMetadata
 			}
-			lbs[i].Metadata = tlsMetadata
 		}
 	}
 	locs := make([]localityBlock, groups)
@@ -364,6 +381,55 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 		distributeWeights(prox.dist, locs)
 	}
 	return cla
+}
+
+// newTLSMetadata is the metadata of an endpoint whose Pod takes Istio mTLS.
+func newTLSMetadata() *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{TransportSocketMatchKey: tlsModeIstioStruct()}}
+}
+
+// lbPool shares the LbEndpoint protos of one merged service between the
+// assignments of every proxy group. An endpoint's LbEndpoint (address and
+// target port, tlsMode metadata, health, weight) is the same whatever
+// group it is built for: only the LocalityLbEndpoints around it (which
+// locality, which priority) differ. Without the pool each group held its
+// own copy of every endpoint, ~600 B per endpoint and group (the hub's
+// largest cost with proxies in many clusters); with it, a group holds a
+// pointer per endpoint. A pool belongs to one *model.MergedService (which
+// is immutable): a new one starts with each change of the service. Its
+// LbEndpoints are shared and never modified after they are made.
+type lbPool struct {
+	ms *model.MergedService
+	// ports holds, by service port, the LbEndpoint of each endpoint (by its
+	// index in ms.Endpoints), made when first needed.
+	ports map[uint32][]*endpointv3.LbEndpoint
+	tls   *corev3.Metadata // shared by the injected endpoints
+}
+
+func newLBPool(ms *model.MergedService) *lbPool {
+	return &lbPool{ms: ms, ports: map[uint32][]*endpointv3.LbEndpoint{}}
+}
+
+// get returns the LbEndpoint of candidate c of port, making it on first
+// use; n is the number of the service's endpoints.
+func (p *lbPool) get(port uint32, n int, c candidate) *endpointv3.LbEndpoint {
+	byIdx := p.ports[port]
+	if byIdx == nil {
+		byIdx = make([]*endpointv3.LbEndpoint, n)
+		p.ports[port] = byIdx
+	}
+	if lb := byIdx[c.idx]; lb != nil {
+		return lb
+	}
+	lb := new(endpointBlock).init(c.addrPort())
+	if c.injected {
+		if p.tls == nil {
+			p.tls = newTLSMetadata()
+		}
+		lb.Metadata = p.tls
+	}
+	byIdx[c.idx] = lb
+	return lb
 }
 
 // distributeWeights replaces the weights of locs, the localities of one
