@@ -45,6 +45,34 @@ func scrapeMetric(ctx context.Context, url, name string) (float64, error) {
 	return 0, fmt.Errorf("%s does not export %s", url, name)
 }
 
+// fetchToFile writes the body of a GET of url to file.
+func fetchToFile(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	c := &http.Client{Timeout: time.Minute}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
+	}
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		return err
+	}
+	out, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		return errors.Join(err, out.Close())
+	}
+	return out.Close()
+}
+
 // meshfedPlane is n meshfed hub replicas, joined by gossip.
 type meshfedPlane struct{ hubs []*framework.Hub }
 
@@ -134,7 +162,7 @@ func startIstiod(b *testing.B, f *framework.Fleet, bin string) controlPlane {
 		"--secureGRPCAddr=",
 		"--domain=cluster.local",
 		"--clusterID=config",
-		"--log_output_level=default:warn",
+		"--log_output_level=default:warn,ads:warn,delta:warn,model:error,kube:warn,krt:warn",
 	)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
@@ -145,7 +173,6 @@ func startIstiod(b *testing.B, f *framework.Fleet, bin string) controlPlane {
 		"ENABLE_CA_SERVER=false",
 		"INJECTION_WEBHOOK_CONFIG_NAME=",
 		"VALIDATION_WEBHOOK_CONFIG_NAME=",
-		"PILOT_ENABLE_CROSS_CLUSTER_WORKLOAD_ENTRY=false",
 		"CLOUD_PLATFORM=none",
 		"ISTIOD_CUSTOM_HOST=localhost",
 	)

@@ -42,6 +42,7 @@ var (
 	scaleBaseline  = flag.String("scale.baseline-hub", "", "BenchmarkScale: another meshfed-hub binary to run side by side (e.g. the last release)")
 	scaleIstiod    = flag.String("scale.istiod", "", "BenchmarkScale: Istio's pilot-discovery binary to run side by side (make istiod)")
 	scaleOut       = flag.String("scale.out", "", "BenchmarkScale: directory for scale.json and scale.svg (default: none written)")
+	scaleProfiles  = flag.Bool("scale.profiles", false, "BenchmarkScale: save the first replica's heap profile after sync and a CPU profile of the changes into -scale.out")
 )
 
 // Bounds for a hung run; not performance claims.
@@ -153,6 +154,10 @@ type scaleResult struct {
 	// ClientsHeapMiB is the heap with every client connected: the
 	// proxies' streams and their groups' assignments on top of HeapMiB.
 	ClientsHeapMiB float64 `json:"clientsHeapMiB"`
+	// ConnectRetries and StormRetries count the streams refused (or
+	// failed) and redialled while connecting and during the storm.
+	ConnectRetries int `json:"connectRetries"`
+	StormRetries   int `json:"stormRetries"`
 	// ChangeP50Ms and ChangeP99Ms: an EndpointSlice write until the last
 	// client has the change; FirstP50Ms until the first has it.
 	ChangeP50Ms float64 `json:"changeP50Ms"`
@@ -211,7 +216,7 @@ func BenchmarkScale(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			var r scaleResult
 			for b.Loop() {
-				r = runScale(b, f, cfg, cp(b))
+				r = runScale(b, f, cfg, cp(b), strings.ReplaceAll(name, "/", "-"))
 			}
 			r.Name = name
 			reportScale(b, r)
@@ -475,7 +480,7 @@ func liveHeapOf(ctx context.Context, cp controlPlane) (n uint64, live bool) {
 // runScale applies the remote secrets to cp, measures sync, connects the
 // clients, measures changes and a reconnect storm, and removes the
 // secrets again, so the next control plane starts from the same fleet.
-func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane) scaleResult {
+func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane, name string) scaleResult {
 	ctx, cancel := context.WithTimeout(b.Context(), scaleLoadBudget)
 	defer cancel()
 	defer func() {
@@ -520,9 +525,6 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	}
 	want := int64(cfg.totalEndpoints())
 	if err := testutil.Poll(ctx, scaleSyncTimeout, 20*time.Millisecond, func() error {
-		if err := probe.Err(); err != nil {
-			return err
-		}
 		if got := total.Load(); got != want {
 			return fmt.Errorf("the sync probe holds %d of %d endpoints", got, want)
 		}
@@ -540,6 +542,7 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		b.Fatal(err)
 	}
 	rss := rssOf(cp)
+	saveProfile(ctx, b, reps[0], "/debug/pprof/heap?gc=1", "heap-"+name+".pb.gz")
 	res.HeapMiB, res.RSSMiB = float64(heap)/(1<<20), float64(rss)/(1<<20)
 	res.HeapBPerEndpoint = float64(heap) / float64(cfg.totalEndpoints())
 	res.RSSBPerEndpoint = float64(rss) / float64(cfg.totalEndpoints())
@@ -561,8 +564,10 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		b.Fatal(err)
 	}
 	res.ClientsHeapMiB = float64(heap) / (1 << 20)
-	b.Logf("%d clients connected and synced in %.2f s (%.2f CPU s); heap %.1f MiB with them",
-		cfg.clients, res.ConnectS, res.ConnectCPUS, res.ClientsHeapMiB)
+	n, lastErr := fl.retries()
+	res.ConnectRetries = n
+	b.Logf("%d clients connected and synced in %.2f s (%.2f CPU s; %d streams refused or failed and were redialled, last: %v); heap %.1f MiB with them",
+		cfg.clients, res.ConnectS, res.ConnectCPUS, n, lastErr, res.ClientsHeapMiB)
 
 	// Changes, one at a time.
 	flip, err := newScaleFlipper(ctx, f.Remotes()[0], cfg)
@@ -570,6 +575,11 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		b.Fatal(err)
 	}
 	var lastLat, firstLat []time.Duration
+	profiled := make(chan struct{})
+	go func() {
+		defer close(profiled)
+		saveProfile(ctx, b, reps[0], "/debug/pprof/profile?seconds=10", "cpu-changes-"+name+".pb.gz")
+	}()
 	cpu0 = cpuOf(cp)
 	for k := range cfg.changes {
 		want := cfg.endpoints - (k+1)%2 // odd changes take one endpoint out
@@ -586,6 +596,7 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		lastLat = append(lastLat, last.Sub(t))
 	}
 	res.CPUPer100Changes = (cpuOf(cp) - cpu0).Seconds() * 100 / float64(cfg.changes)
+	<-profiled
 	res.ChangeP50Ms, res.ChangeP99Ms = msOf(percentile(lastLat, 50)), msOf(percentile(lastLat, 99))
 	res.FirstP50Ms = msOf(percentile(firstLat, 50))
 	b.Logf("%d changes: all %d clients p50 %.1f ms, p99 %.1f ms (first client p50 %.1f ms); %.2f CPU s per 100 changes",
@@ -610,6 +621,7 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	}
 	err = fl.waitSynced(ctx)
 	res.StormS = time.Since(t0).Seconds()
+	res.StormRetries, _ = fl.retries()
 	close(stop)
 	<-sampled
 	fl.close()
@@ -626,9 +638,20 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	if !live {
 		heapKind = "allocated heap"
 	}
-	b.Logf("reconnect storm: %d clients redialled at once, all synced in %.2f s; peak %s %.1f MiB over steady %.1f MiB (%.2fx), RSS %.2fx",
-		cfg.clients, res.StormS, heapKind, float64(peakHeap)/(1<<20), float64(steadyHeap)/(1<<20), res.StormPeakHeapRatio, res.StormPeakRSSRatio)
+	b.Logf("reconnect storm: %d clients redialled at once, all synced in %.2f s (%d streams refused and redialled); peak %s %.1f MiB over steady %.1f MiB (%.2fx), RSS %.2fx",
+		cfg.clients, res.StormS, res.StormRetries, heapKind, float64(peakHeap)/(1<<20), float64(steadyHeap)/(1<<20), res.StormPeakHeapRatio, res.StormPeakRSSRatio)
 	return res
+}
+
+// saveProfile saves a pprof profile of r into -scale.out under file, when
+// -scale.profiles is set; a failure is logged, not fatal.
+func saveProfile(ctx context.Context, b *testing.B, r cpReplica, path, file string) {
+	if !*scaleProfiles || *scaleOut == "" {
+		return
+	}
+	if err := fetchToFile(ctx, r.debugURL+path, filepath.Join(*scaleOut, file)); err != nil {
+		b.Logf("profile %s: %v", file, err)
+	}
 }
 
 // sampleHeap returns the highest heap (see liveHeapOf) and RSS of cp seen
@@ -762,10 +785,8 @@ func (fl *scaleFlock) waitChange(ctx context.Context, budget time.Duration) (fir
 }
 
 func (fl *scaleFlock) errLocked() error {
-	for _, c := range fl.clients {
-		if c != nil && c.Err() != nil {
-			return c.Err()
-		}
+	if n, err := fl.retries(); n > 0 {
+		return fmt.Errorf("%d streams failed, the last with: %w", n, err)
 	}
 	return errors.New("no stream failed")
 }
@@ -776,9 +797,6 @@ func (fl *scaleFlock) waitSynced(ctx context.Context) error {
 	return testutil.Poll(ctx, scaleSyncTimeout, 10*time.Millisecond, func() error {
 		synced := 0
 		for j, c := range fl.clients {
-			if err := c.Err(); err != nil {
-				return err
-			}
 			if c.Received() == len(fl.cfg.clientNames(j)) {
 				synced++
 			}
@@ -788,6 +806,21 @@ func (fl *scaleFlock) waitSynced(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// retries counts the clients' failed streams (each was opened again) and
+// returns one of their errors.
+func (fl *scaleFlock) retries() (int, error) {
+	n, last := 0, error(nil)
+	for _, c := range fl.clients {
+		if c == nil {
+			continue
+		}
+		if k, err := c.Retries(); k > 0 {
+			n, last = n+k, err
+		}
+	}
+	return n, last
 }
 
 func (fl *scaleFlock) close() {

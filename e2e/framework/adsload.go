@@ -39,16 +39,20 @@ type LoadClientOptions struct {
 // benchmarks that hold thousands of proxies in one process: it ACKs every
 // response, keeps per subscribed name only the latest healthy-endpoint
 // count, and hands assignments to a callback instead of a buffer. Each
-// client has its own connection, as separate proxies do.
+// client has its own connection, as separate proxies do. A stream that
+// fails (refused by a control plane's admission or rate limit, or cut) is
+// opened again after a backoff of 100 ms doubling to 2 s, as Envoy and
+// grpc-go retry, until the client is closed.
 type LoadClient struct {
 	opts   LoadClientOptions
 	conn   *grpc.ClientConn
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex // guards healthy and err
+	mu      sync.Mutex // guards healthy, err and retries
 	healthy map[string]int
-	err     error
+	err     error // the last stream's failure
+	retries int
 }
 
 // DialLoadClient opens the stream to addr (plaintext) and subscribes. ctx
@@ -71,13 +75,22 @@ func DialLoadClient(ctx context.Context, addr string, opts LoadClientOptions) (*
 	}
 	go func() {
 		defer close(c.done)
-		err := run(sctx, ads)
-		if sctx.Err() != nil {
-			err = nil
+		backoff := 100 * time.Millisecond
+		for {
+			err := run(sctx, ads)
+			if sctx.Err() != nil {
+				return
+			}
+			c.mu.Lock()
+			c.err, c.retries = err, c.retries+1
+			c.mu.Unlock()
+			select {
+			case <-sctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
 		}
-		c.mu.Lock()
-		c.err = err
-		c.mu.Unlock()
 	}()
 	return c, nil
 }
@@ -188,11 +201,12 @@ func (c *LoadClient) Received() int {
 	return len(c.healthy)
 }
 
-// Err returns why the stream ended; nil while it runs or after Close.
-func (c *LoadClient) Err() error {
+// Retries returns how many of the client's streams failed and why the
+// last one did (nil if none did).
+func (c *LoadClient) Retries() (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.err
+	return c.retries, c.err
 }
 
 // Close ends the stream and the connection and waits for the receiver.
