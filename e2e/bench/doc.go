@@ -178,4 +178,60 @@
 // counterpart, BenchmarkPlanConfigChange in pkg/xdsgen, plans one
 // VirtualService or DestinationRule change against 1,000 of each (and a
 // rebuild of all 1,000 hosts, side by side).
+//
+// # BenchmarkScale
+//
+// The scale envelope of a fleet, and the same fleet under other control
+// planes side by side. The fleet is loaded once: -scale.clusters remote
+// clusters (each a kube-apiserver; cluster-i in zone zi of one of four
+// regions), each with -scale.services Services of -scale.endpoints
+// endpoints, every endpoint a Pod (labels, service account, node, status
+// with its IP) in an EndpointSlice. Half of each cluster's Services are
+// its own (namespace local-<i>), half exist in every cluster (namespace
+// shared: one hostname, endpoints of every cluster). Then each control
+// plane in turn, on the very same objects:
+//
+//   - meshfed/replicas=N: N hub replicas joined by gossip (one run per
+//     -scale.replicas entry), each remote cluster watched by one of them;
+//   - baseline/replicas=1: another meshfed-hub binary (-scale.baseline-hub),
+//     e.g. the last release, to show a change before and after;
+//   - istiod: Istio's pilot-discovery (-scale.istiod, `make istiod`) run
+//     outside Kubernetes as an external istiod: the config cluster by
+//     kubeconfig, the remotes by the same remote secrets, plaintext xDS,
+//     no CA and no webhooks, PILOT_ENABLE_EDS_DEBOUNCE=false (its fastest
+//     setting for endpoint changes), everything else its defaults
+//     (including PILOT_MAX_REQUESTS_PER_SECOND=25: it refuses new streams
+//     beyond 25 a second, and the clients redial).
+//
+// Each run: the remote secrets are applied (one per cluster) and a Delta
+// client outside every cluster, subscribed to every service, waits until
+// it holds every endpoint (sync-s, and the control plane's CPU over it,
+// sync-cpu-s: utime+stime of its processes from /proc). The heap after a
+// forced GC (pprof HeapAlloc, summed over replicas) and RSS follow, per
+// endpoint. Then -scale.clients raw ADS clients (framework.LoadClient),
+// each its own connection and node (CLUSTER_ID and locality of one
+// cluster, round robin; SotW and Delta alternating; replicas round robin),
+// subscribe to eleven assignments each: the probe service, four of their
+// own cluster, four shared, two of another cluster (connect-s, the heap
+// with them). Then -scale.changes EndpointSlice writes, strictly one at a
+// time, each flipping the ready condition of the probe's first endpoint
+// (the first local service of cluster-1): from before the write until the
+// last client has the assignment with the implied healthy count
+// (change-p50/p99-ms; first-p50 for the first client), and the control
+// plane's CPU per 100 changes. Last, a reconnect storm: every client closes
+// and all redial at once, until every one holds its assignments again
+// (storm-s), with the peak heap during it over the steady heap before it
+// (live heap, go_gc_heap_live_bytes, where exported; istiod's and older
+// hubs' allocated heap otherwise). A refused stream is redialled after 100
+// ms, doubling to 2 s, as proxies do; the redials are counted. The secrets
+// are deleted and the processes stopped before the next control plane.
+//
+// The table is printed, and with -scale.out written as scale.txt,
+// scale.json and scale.svg (a bar per control plane and figure); with
+// -scale.profiles the first replica's heap profile after sync and a 10 s
+// CPU profile of the changes are saved beside them. `make bench` runs the
+// defaults (2 clusters x 200 services x 20 endpoints, 200 clients, 50
+// changes, 1 and 3 replicas); `make bench-scale` the envelope (20 clusters,
+// 80,000 endpoints, 2,000 clients, 200 changes) with istiod, into
+// bin/bench-scale.
 package bench

@@ -221,6 +221,13 @@ func BenchmarkScale(b *testing.B) {
 			r.Name = name
 			reportScale(b, r)
 			results = append(results, r)
+			// Written after every control plane, so that a long run
+			// interrupted later keeps what it measured.
+			if *scaleOut != "" {
+				if err := writeScaleOutputs(*scaleOut, cfg, results, scaleTable(cfg, results)); err != nil {
+					b.Error(err)
+				}
+			}
 		})
 	}
 	for _, n := range replicas {
