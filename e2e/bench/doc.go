@@ -206,7 +206,9 @@
 // Each run: the remote secrets are applied (one per cluster) and a Delta
 // client outside every cluster, subscribed to every service, waits until
 // it holds every endpoint (sync-s, and the control plane's CPU over it,
-// sync-cpu-s: utime+stime of its processes from /proc). The heap after a
+// sync-cpu-s: utime+stime of its processes from /proc). Once the control
+// plane is idle (under 5 % of a core over a second, at most a minute: it
+// may still be working through its first listing's events), the heap after a
 // forced GC (pprof HeapAlloc, summed over replicas) and RSS follow, per
 // endpoint. Then -scale.clients raw ADS clients (framework.LoadClient),
 // each its own connection and node (CLUSTER_ID and locality of one

@@ -544,6 +544,13 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	if err := probe.Close(); err != nil {
 		b.Logf("closing the sync probe: %v", err)
 	}
+	// The sync probe has every endpoint, but the control plane may still
+	// be working through the events of its first listing (a replica
+	// recomputing services, replicas exchanging state): what it holds is
+	// read once it is idle.
+	if err := waitIdle(ctx, cp); err != nil {
+		b.Logf("%v; reading the heap anyway", err)
+	}
 	heap, err := heapOf(ctx, cp)
 	if err != nil {
 		b.Fatal(err)
@@ -648,6 +655,25 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	b.Logf("reconnect storm: %d clients redialled at once, all synced in %.2f s (%d streams refused and redialled); peak %s %.1f MiB over steady %.1f MiB (%.2fx), RSS %.2fx",
 		cfg.clients, res.StormS, res.StormRetries, heapKind, float64(peakHeap)/(1<<20), float64(steadyHeap)/(1<<20), res.StormPeakHeapRatio, res.StormPeakRSSRatio)
 	return res
+}
+
+// waitIdle waits until cp's processes used less than 5 % of one core
+// over a second, for at most a minute.
+func waitIdle(ctx context.Context, cp controlPlane) error {
+	const window, idle = time.Second, 50 * time.Millisecond
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		before := cpuOf(cp)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(window):
+		}
+		if used := cpuOf(cp) - before; used < idle {
+			return nil
+		}
+	}
+	return errors.New("the control plane did not settle within a minute")
 }
 
 // saveProfile saves a pprof profile of r into -scale.out under file, when
