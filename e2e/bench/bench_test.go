@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -629,33 +628,16 @@ func registryzEndpoints(ctx context.Context, hub *framework.Hub, id model.Cluste
 // to damp allocations that happen between the forced GC and the reading.
 const heapReadings = 3
 
-// hubHeapAlloc returns the hub's HeapAlloc right after a forced GC, the
-// least of heapReadings readings of /debug/pprof/heap?gc=1&debug=1.
+// hubHeapAlloc returns the hub's HeapAlloc right after a GC, the least of
+// heapReadings readings (hubHeapAllocAt).
 func hubHeapAlloc(ctx context.Context, hub *framework.Hub) (uint64, error) {
-	best := uint64(math.MaxUint64)
-	for range heapReadings {
-		v, err := hub.HeapAlloc(ctx)
-		if err != nil {
-			return 0, err
-		}
-		best = min(best, v)
-	}
-	return best, nil
+	return hubHeapAllocAt(ctx, hub.MonitoringURL())
 }
 
 // hubMetric returns the value of an unlabelled metric from the hub's
 // /metrics.
 func hubMetric(ctx context.Context, hub *framework.Hub, name string) (float64, error) {
-	text, err := hub.Metrics(ctx)
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(text) {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, fmt.Errorf("metric %s not exported", name)
+	return scrapeMetric(ctx, hub.MonitoringURL()+"/metrics", name)
 }
 
 // ---------------------------------------------------------------------------

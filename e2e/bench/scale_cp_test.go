@@ -7,11 +7,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -129,108 +127,27 @@ func (p *meshfedPlane) stop() error {
 	return errors.Join(errs...)
 }
 
-// istiodPlane is one Istio pilot-discovery process run outside Kubernetes
-// against the fleet's config cluster.
-type istiodPlane struct {
-	cmd              *exec.Cmd
-	done             chan struct{}
-	xdsAddr, httpURL string
-	monURL           string
-}
+// istiodPlane is Istio's pilot-discovery run by the framework as an
+// external istiod (framework.StartIstiod) on the fleet.
+type istiodPlane struct{ *framework.Istiod }
 
-// startIstiod runs pilot-discovery as an external istiod: the config
-// cluster by kubeconfig, remote clusters by the same remote secrets,
-// plaintext xDS on a free port, no CA and no webhooks, EDS debounce off
-// (its fastest setting for endpoint changes). It runs in its own working
-// directory, where it writes what it would write under / in a pod.
+// startIstiod starts istiod with EDS debounce off, its fastest setting for
+// endpoint changes, and waits until it is ready.
 func startIstiod(b *testing.B, f *framework.Fleet, bin string) controlPlane {
-	addrs, err := framework.FreeAddrs(5)
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	logf, err := os.Create(filepath.Join(dir, "istiod.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(bin, "discovery",
-		"--kubeconfig="+f.Config().KubeconfigFile(),
-		"--grpcAddr="+addrs[0],
-		"--httpAddr="+addrs[1],
-		"--monitoringAddr="+addrs[2],
-		"--httpsAddr="+addrs[3],
-		"--secureGRPCAddr=",
-		"--domain=cluster.local",
-		"--clusterID=config",
-		"--log_output_level=default:warn,ads:warn,delta:warn,model:error,kube:warn,krt:warn",
-	)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
-		"POD_NAMESPACE="+framework.RemoteSecretNamespace,
-		"POD_NAME=istiod-scale",
-		"REVISION=default",
-		"PILOT_ENABLE_EDS_DEBOUNCE=false",
-		"ENABLE_CA_SERVER=false",
-		"INJECTION_WEBHOOK_CONFIG_NAME=",
-		"VALIDATION_WEBHOOK_CONFIG_NAME=",
-		"CLOUD_PLATFORM=none",
-		"ISTIOD_CUSTOM_HOST=localhost",
-	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	p := &istiodPlane{cmd: cmd, done: make(chan struct{}), xdsAddr: addrs[0], httpURL: "http://" + addrs[1], monURL: "http://" + addrs[2]}
-	go func() {
-		_ = cmd.Wait()
-		_ = logf.Close()
-		close(p.done)
-	}()
 	ctx, cancel := context.WithTimeout(b.Context(), settleTimeout)
 	defer cancel()
-	// An istiod that exits ends the wait at once.
-	go func() {
-		select {
-		case <-p.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	if err := testutil.Poll(ctx, settleTimeout, 200*time.Millisecond, func() error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.httpURL+"/ready", nil)
-		resp, err := scaleHTTP.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("istiod /ready: %d", resp.StatusCode)
-		}
-		return nil
-	}); err != nil {
-		log, _ := os.ReadFile(logf.Name())
-		b.Fatalf("%v\n%s", err, tail(string(log), 40))
+	i, err := f.StartIstiod(ctx, framework.IstiodOptions{Binary: bin, Env: []string{"PILOT_ENABLE_EDS_DEBOUNCE=false"}})
+	if err != nil {
+		b.Fatal(err)
 	}
-	return p
-}
-
-func (p *istiodPlane) replicas() []cpReplica {
-	return []cpReplica{{xdsAddr: p.xdsAddr, pid: p.cmd.Process.Pid, debugURL: p.httpURL, metricsURL: p.monURL + "/metrics"}}
-}
-
-func (p *istiodPlane) stop() error {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
+	if err := i.WaitReady(ctx); err != nil {
+		b.Fatal(err)
 	}
-	return nil
+	return istiodPlane{i}
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+func (p istiodPlane) replicas() []cpReplica {
+	return []cpReplica{{xdsAddr: p.XDSAddr(), pid: p.PID(), debugURL: p.DebugURL(), metricsURL: p.MetricsURL()}}
 }
+
+func (p istiodPlane) stop() error { return p.Stop() }

@@ -118,7 +118,7 @@ func scaleSVG(cfg scaleConfig, results []scaleResult) string {
 		width, labelW, barH, gap, top = 900, 300, 16, 28, 40
 	)
 	colors := []string{"#2b6cb0", "#38a169", "#d69e2e", "#c53030", "#6b46c1"}
-	groupH := len(results)*barH + gap // every figure here is a cost
+	groupH := len(results)*barH + gap
 	height := top + len(scaleColumns)*groupH + 20
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, height)

@@ -452,7 +452,7 @@ func heapOf(ctx context.Context, cp controlPlane) (uint64, error) {
 }
 
 // hubHeapAllocAt is the least of heapReadings readings of HeapAlloc after
-// a forced GC.
+// a forced GC of the Go process serving pprof at url.
 func hubHeapAllocAt(ctx context.Context, url string) (uint64, error) {
 	best := ^uint64(0)
 	for range heapReadings {

@@ -124,6 +124,7 @@ type Fleet struct {
 	remotes   []*RemoteCluster
 	hubs      []*Hub
 	spokes    []*Spoke
+	istiods   []*Istiod
 	nextIndex int
 	hubBin    string
 	stopped   bool
@@ -352,6 +353,7 @@ func (f *Fleet) Stop() error {
 	f.stopped = true
 	hubs := slices.Clone(f.hubs)
 	spokes := slices.Clone(f.spokes)
+	istiods := slices.Clone(f.istiods)
 	remotes := slices.Clone(f.remotes)
 	config := f.config
 	f.mu.Unlock()
@@ -368,12 +370,15 @@ func (f *Fleet) Stop() error {
 			errMu.Unlock()
 		}
 	}
-	// Hubs and spokes first, so they do not log the clusters disappearing.
+	// Hubs, spokes and istiods first, so they do not log the clusters disappearing.
 	for _, h := range hubs {
 		wg.Go(func() { collect(h.Stop()) })
 	}
 	for _, s := range spokes {
 		wg.Go(func() { collect(s.Stop()) })
+	}
+	for _, i := range istiods {
+		wg.Go(func() { collect(i.Stop()) })
 	}
 	wg.Wait()
 	for _, r := range remotes {

@@ -32,6 +32,12 @@ type process struct {
 // startProcess starts bin with args and env (added to the environment),
 // logging to <logDir>/<name>.log.
 func (f *Fleet) startProcess(what, logDir, name, bin string, args, env []string) (*process, error) {
+	return f.startProcessIn("", what, logDir, name, bin, args, env)
+}
+
+// startProcessIn is startProcess in working directory dir ("": the test
+// process's).
+func (f *Fleet) startProcessIn(dir, what, logDir, name, bin string, args, env []string) (*process, error) {
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, fmt.Errorf("framework: %w", err)
 	}
@@ -48,6 +54,7 @@ func (f *Fleet) startProcess(what, logDir, name, bin string, args, env []string)
 	// Not CommandContext: the start's context does not bound the process.
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = childSysProcAttr()
 	cmd.WaitDelay = 2 * time.Second // don't hang on a grandchild holding the pipe

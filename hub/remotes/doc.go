@@ -10,7 +10,7 @@
 // watches Services, EndpointSlices, Nodes and Namespaces through the
 // cluster's cache, with transforms that keep only the fields the registry
 // needs, and Pods through informers of the cluster's own (podCache) that
-// keep a small podInfo per Pod (interned labels, service account, node);
+// keep a small podInfo per Pod (interned labels and service account);
 // every client asks for protobuf. It turns them into model.ServiceShards,
 // each endpoint with its Pod's labels and service account, finding a
 // Service's EndpointSlices through an index by Service; a change of a Pod

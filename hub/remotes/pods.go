@@ -20,12 +20,13 @@ import (
 )
 
 // podInfo is all the hub keeps of a Pod: what the registry reads (labels,
-// for DestinationRule subsets; service account; node) and what the
+// for DestinationRule subsets; service account; an endpoint's node and
+// locality come from its EndpointSlice) and what the
 // informer's store needs (namespace, name, resource version). A decoded
 // Pod, even stripped, is a 1,192-byte struct plus its maps and strings; a
 // podInfo is 48 bytes, plus its name and resource version: its labels are
-// interned (model.Labels), and so is what the Pods of a workload on a node
-// have in common (podShared), one pointer each.
+// interned (model.Labels), and so is what the Pods of a workload have in
+// common (podShared), one pointer each.
 //
 // It is a runtime.Object for client-go's informer: its metadata is made on
 // demand by GetObjectMeta (meta.Accessor takes a metav1.ObjectMetaAccessor),
@@ -39,7 +40,7 @@ type podInfo struct {
 
 // podShared is what many Pods have in common.
 type podShared struct {
-	namespace, serviceAccount, nodeName string
+	namespace, serviceAccount string
 }
 
 func (p *podInfo) namespace() string      { return p.shared.Value().namespace }
@@ -59,7 +60,6 @@ func newPodInfo(p *corev1.Pod) *podInfo {
 		shared: unique.Make(podShared{
 			namespace:      p.Namespace,
 			serviceAccount: p.Spec.ServiceAccountName,
-			nodeName:       p.Spec.NodeName,
 		}),
 	}
 }
@@ -227,7 +227,7 @@ func (c *podCache) get(namespace, name string) *podInfo {
 }
 
 // sameForRegistry reports whether p and o read the same to the registry
-// (labels, service account, node).
+// (labels, service account).
 func (p *podInfo) sameForRegistry(o *podInfo) bool {
 	return p.labels == o.labels && p.shared == o.shared
 }

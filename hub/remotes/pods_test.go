@@ -43,7 +43,7 @@ func TestPodTransform(t *testing.T) {
 		t.Fatalf("transformed to %T, want *podInfo", out)
 	}
 	want := podInfo{name: "p", resourceVersion: "42", labels: model.NewLabels(pod.Labels),
-		shared: unique.Make(podShared{namespace: "demo", serviceAccount: "sa", nodeName: "n1"})}
+		shared: unique.Make(podShared{namespace: "demo", serviceAccount: "sa"})}
 	if *p != want {
 		t.Errorf("podInfo = %+v, want %+v", *p, want)
 	}
