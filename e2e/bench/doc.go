@@ -212,7 +212,9 @@
 // forced GC (pprof HeapAlloc, summed over replicas) and RSS follow, per
 // endpoint. Then -scale.clients raw ADS clients (framework.LoadClient),
 // each its own connection and node (CLUSTER_ID and locality of one
-// cluster, round robin; SotW and Delta alternating; replicas round robin),
+// cluster, round robin; replicas round robin; SotW and Delta alternating,
+// Delta ones with fixed 1 MiB flow-control windows as pilot-agent dials,
+// SotW ones with grpc-go's defaults as a proxyless client does),
 // subscribe to eleven assignments each: the probe service, four of their
 // own cluster, four shared, two of another cluster (connect-s, the heap
 // with them). Then -scale.changes EndpointSlice writes, strictly one at a
@@ -220,8 +222,10 @@
 // (the first local service of cluster-1): from before the write until the
 // last client has the assignment with the implied healthy count
 // (change-p50/p99-ms; first-p50 for the first client), and the control
-// plane's CPU per 100 changes. Last, a reconnect storm: every client closes
-// and all redial at once, until every one holds its assignments again
+// plane's CPU per 100 changes and read and write system calls per change
+// and client (syscalls/update, /proc/<pid>/io). Last, a reconnect storm:
+// every client closes and all redial at once, until every one holds its
+// assignments again
 // (storm-s), with the peak heap during it over the steady heap before it
 // (live heap, go_gc_heap_live_bytes, where exported; istiod's and older
 // hubs' allocated heap otherwise). A refused stream is redialled after 100

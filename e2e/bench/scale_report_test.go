@@ -30,6 +30,7 @@ var scaleColumns = []scaleColumn{
 	{"change p50 ms", "%.1f", func(r scaleResult) float64 { return r.ChangeP50Ms }},
 	{"change p99 ms", "%.1f", func(r scaleResult) float64 { return r.ChangeP99Ms }},
 	{"CPU s/100 changes", "%.2f", func(r scaleResult) float64 { return r.CPUPer100Changes }},
+	{"syscalls/update", "%.2f", func(r scaleResult) float64 { return r.ReadsPerUpdate + r.WritesPerUpdate }},
 	{"storm s", "%.2f", func(r scaleResult) float64 { return r.StormS }},
 	{"storm peak heap x", "%.2f", func(r scaleResult) float64 { return r.StormPeakHeapRatio }},
 }

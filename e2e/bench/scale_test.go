@@ -166,6 +166,11 @@ type scaleResult struct {
 	// CPUPer100Changes is the control plane's CPU seconds per 100 changes
 	// with every client connected.
 	CPUPer100Changes float64 `json:"cpuSPer100Changes"`
+	// ReadsPerUpdate and WritesPerUpdate are the control plane's read and
+	// write system calls per change and client (one proxy update): what
+	// its transport costs beyond the response itself and its ACK.
+	ReadsPerUpdate  float64 `json:"readsPerUpdate"`
+	WritesPerUpdate float64 `json:"writesPerUpdate"`
 	// StormS: every client dropped and redialled at once, until all hold
 	// their assignments again; StormPeakHeapRatio the peak heap during it
 	// over the steady heap before it (both the live heap, see liveHeapOf).
@@ -260,6 +265,7 @@ func reportScale(b *testing.B, r scaleResult) {
 	b.ReportMetric(r.ChangeP50Ms, "change-p50-ms")
 	b.ReportMetric(r.ChangeP99Ms, "change-p99-ms")
 	b.ReportMetric(r.CPUPer100Changes, "cpu-s/100changes")
+	b.ReportMetric(r.ReadsPerUpdate+r.WritesPerUpdate, "syscalls/update")
 	b.ReportMetric(r.StormS, "storm-s")
 	b.ReportMetric(r.StormPeakHeapRatio, "storm-peak-heap-x")
 }
@@ -430,6 +436,15 @@ func cpuOf(cp controlPlane) time.Duration {
 	return d
 }
 
+// syscallsOf sums cp's read and write system calls.
+func syscallsOf(cp controlPlane) (reads, writes uint64) {
+	for _, r := range cp.replicas() {
+		rd, wr, _ := framework.ProcessSyscalls(r.pid)
+		reads, writes = reads+rd, writes+wr
+	}
+	return reads, writes
+}
+
 func rssOf(cp controlPlane) uint64 {
 	var n uint64
 	for _, r := range cp.replicas() {
@@ -595,6 +610,7 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		saveProfile(ctx, b, reps[0], "/debug/pprof/profile?seconds=10", "cpu-changes-"+name+".pb.gz")
 	}()
 	cpu0 = cpuOf(cp)
+	reads0, writes0 := syscallsOf(cp)
 	for k := range cfg.changes {
 		want := cfg.endpoints - (k+1)%2 // odd changes take one endpoint out
 		fl.expect(want)
@@ -610,11 +626,15 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		lastLat = append(lastLat, last.Sub(t))
 	}
 	res.CPUPer100Changes = (cpuOf(cp) - cpu0).Seconds() * 100 / float64(cfg.changes)
+	reads, writes := syscallsOf(cp)
+	updates := float64(cfg.changes * cfg.clients)
+	res.ReadsPerUpdate, res.WritesPerUpdate = float64(reads-reads0)/updates, float64(writes-writes0)/updates
 	<-profiled
 	res.ChangeP50Ms, res.ChangeP99Ms = msOf(percentile(lastLat, 50)), msOf(percentile(lastLat, 99))
 	res.FirstP50Ms = msOf(percentile(firstLat, 50))
-	b.Logf("%d changes: all %d clients p50 %.1f ms, p99 %.1f ms (first client p50 %.1f ms); %.2f CPU s per 100 changes",
-		cfg.changes, cfg.clients, res.ChangeP50Ms, res.ChangeP99Ms, res.FirstP50Ms, res.CPUPer100Changes)
+	b.Logf("%d changes: all %d clients p50 %.1f ms, p99 %.1f ms (first client p50 %.1f ms); %.2f CPU s per 100 changes, %.0f µs and %.2f reads and %.2f writes per proxy update",
+		cfg.changes, cfg.clients, res.ChangeP50Ms, res.ChangeP99Ms, res.FirstP50Ms, res.CPUPer100Changes,
+		res.CPUPer100Changes*1e6/100/float64(cfg.clients), res.ReadsPerUpdate, res.WritesPerUpdate)
 
 	// Reconnect storm. Peak and steady heap are the live heap (as of the
 	// last collection) where the control plane exports it, else the
@@ -728,6 +748,10 @@ func scaleNode(name string, cluster model.ClusterID, loc model.Locality) *corev3
 type scaleFlock struct {
 	cfg     scaleConfig
 	clients []*framework.LoadClient
+	// names is what client j subscribes to, probe the assignment whose
+	// changes are observed (cfg.clientNames and cfg.probeName).
+	names func(j int) []string
+	probe string
 
 	mu       sync.Mutex // guards the fields below
 	want     int        // the probe's healthy count that means "changed"
@@ -738,24 +762,35 @@ type scaleFlock struct {
 	complete chan struct{} // closed when count reaches every client
 }
 
+// pilotAgentWindow is the flow-control window pilot-agent's connection to
+// its control plane fixes.
+const pilotAgentWindow = 1 << 20
+
 func newScaleFlock(cfg scaleConfig) *scaleFlock {
-	return &scaleFlock{cfg: cfg, has: make([]bool, cfg.clients), want: -1}
+	return &scaleFlock{cfg: cfg, names: cfg.clientNames, probe: cfg.probeName(), has: make([]bool, cfg.clients), want: -1}
 }
 
 // dial connects every client at once, spread over the replicas, clusters
-// and both protocols.
+// and both protocols: the Delta clients as pilot-agent connects an Envoy
+// sidecar (fixed 1 MiB windows), the SotW ones as a proxyless gRPC client
+// (grpc-go's defaults).
 func (fl *scaleFlock) dial(ctx context.Context, reps []cpReplica) error {
 	fl.clients = make([]*framework.LoadClient, fl.cfg.clients)
 	remotes := scaleRemotes(fl.cfg.clusters)
-	probe := fl.cfg.probeName()
+	probe := fl.probe
 	g, gctx := errgroup.WithContext(ctx)
 	for j := range fl.clients {
 		g.Go(func() error {
 			rc := remotes[j%len(remotes)]
+			delta, window := j%2 == 1, int32(0)
+			if delta {
+				window = pilotAgentWindow
+			}
 			c, err := framework.DialLoadClient(context.WithoutCancel(gctx), reps[j%len(reps)].xdsAddr, framework.LoadClientOptions{
-				Node:  scaleNode(fmt.Sprintf("load-%04d", j), rc.ID, rc.Locality),
-				Delta: j%2 == 1,
-				Names: fl.cfg.clientNames(j),
+				Node:   scaleNode(fmt.Sprintf("load-%04d", j), rc.ID, rc.Locality),
+				Delta:  delta,
+				Window: window,
+				Names:  fl.names(j),
 				OnAssignment: func(name string, healthy int, received time.Time) {
 					if name == probe {
 						fl.observe(j, healthy, received)
@@ -830,7 +865,7 @@ func (fl *scaleFlock) waitSynced(ctx context.Context) error {
 	return testutil.Poll(ctx, scaleSyncTimeout, 10*time.Millisecond, func() error {
 		synced := 0
 		for j, c := range fl.clients {
-			if c.Received() == len(fl.cfg.clientNames(j)) {
+			if c.Received() == len(fl.names(j)) {
 				synced++
 			}
 		}

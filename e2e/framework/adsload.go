@@ -27,6 +27,14 @@ type LoadClientOptions struct {
 	// subscribes to, as a proxyless gRPC client that dials those services
 	// does. Required.
 	Names []string
+	// Window, when set, fixes the HTTP/2 flow-control windows of the
+	// client's connection and stream at that many bytes (at least 64 KiB),
+	// as pilot-agent dials its control plane with 1 MiB windows (Istio's
+	// pilot/pkg/grpc ClientOptions). Zero keeps grpc-go's defaults, which
+	// estimate the bandwidth with a ping after data arrives, as a
+	// proxyless gRPC client does: one more ping for the control plane to
+	// read and answer per response.
+	Window int32
 	// OnAssignment, when set, is called for every assignment received,
 	// from the stream's receiving goroutine, after the response was
 	// ACKed: the name, the endpoints it holds that a proxy would send
@@ -61,8 +69,12 @@ func DialLoadClient(ctx context.Context, addr string, opts LoadClientOptions) (*
 	if opts.Node.GetId() == "" || len(opts.Names) == 0 {
 		return nil, errors.New("framework: a load client needs a node ID and names")
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}
+	if opts.Window > 0 {
+		dial = append(dial, grpc.WithInitialWindowSize(opts.Window), grpc.WithInitialConnWindowSize(opts.Window))
+	}
+	conn, err := grpc.NewClient(addr, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("framework: load client: dialing %s: %w", addr, err)
 	}

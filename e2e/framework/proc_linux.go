@@ -102,3 +102,35 @@ func ProcessRSS(pid int) (uint64, error) {
 	}
 	return 0, fmt.Errorf("framework: no VmRSS in /proc/%d/status", pid)
 }
+
+// ProcessSyscalls returns how many read and write system calls process
+// pid has made (the syscr and syscw lines of /proc/<pid>/io; reads count
+// recvmsg and friends, writes sendmsg and friends). Reading another
+// process's io file needs the right to ptrace it, as a parent has.
+func ProcessSyscalls(pid int) (reads, writes uint64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	found := 0
+	for line := range strings.Lines(string(b)) {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "syscr" && name != "syscw") {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("framework: /proc/%d/io %s: %w", pid, name, err)
+		}
+		if name == "syscr" {
+			reads = n
+		} else {
+			writes = n
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("framework: no syscr and syscw in /proc/%d/io", pid)
+	}
+	return reads, writes, nil
+}

@@ -42,3 +42,8 @@ func ProcessCPU(pid int) (time.Duration, error) {
 func ProcessRSS(pid int) (uint64, error) {
 	return 0, errors.New("framework: process RSS is read from /proc, Linux only")
 }
+
+// ProcessSyscalls is only implemented on Linux (/proc).
+func ProcessSyscalls(pid int) (reads, writes uint64, err error) {
+	return 0, 0, errors.New("framework: system call counts are read from /proc, Linux only")
+}
