@@ -62,8 +62,12 @@ type authenticator struct {
 	failures *prometheus.CounterVec
 	roots    rootPool
 
-	mu      sync.Mutex // guards pending
+	mu      sync.Mutex // guards pending and callers
 	pending map[streamKey]pendingStream
+	// callers holds the identity of each authenticated stream after its
+	// first request, against which a later request that names another
+	// node is held.
+	callers map[streamKey]Caller
 }
 
 // pendingStream is an authenticated stream before its first request.
@@ -82,7 +86,7 @@ type credential struct {
 
 func newAuthenticator(authn Authn, clk clock.PassiveClock, log logr.Logger, reg prometheus.Registerer) *authenticator {
 	a := &authenticator{
-		authn: authn, clk: clk, log: log, pending: map[streamKey]pendingStream{},
+		authn: authn, clk: clk, log: log, pending: map[streamKey]pendingStream{}, callers: map[streamKey]Caller{},
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_xds_auth_failures_total",
 			Help: "xDS and CSDS calls refused on the authenticated port, by reason.",
@@ -117,13 +121,23 @@ func (a *authenticator) opened(ctx context.Context, k streamKey) error {
 // request authorizes a stream at its first request, whose node says whom
 // the caller speaks for: the token is reviewed (against the node's
 // cluster when the metadata named none) and the identity held against the
-// node. Later requests, and streams of other services, pass.
+// node. A later request that names a node (another one: the server does
+// not call again for the same) is held against the same identity, so that
+// a stream cannot speak for another workload than the one it proved.
+// Streams of other services pass.
 func (a *authenticator) request(k streamKey, node *corev3.Node) error {
 	a.mu.Lock()
-	p, ok := a.pending[k]
+	p, first := a.pending[k]
 	delete(a.pending, k)
+	caller, later := a.callers[k]
 	a.mu.Unlock()
-	if !ok {
+	switch {
+	case later && node != nil:
+		if err := checkNode(caller, node); err != nil {
+			return a.refuse(err, "", node.GetId())
+		}
+		return nil
+	case !first:
 		return nil
 	}
 	caller, err := a.callerOf(p.ctx, p.cred, node)
@@ -133,14 +147,18 @@ func (a *authenticator) request(k streamKey, node *corev3.Node) error {
 	if err != nil {
 		return a.refuse(err, p.cred.peer, node.GetId())
 	}
+	a.mu.Lock()
+	a.callers[k] = caller
+	a.mu.Unlock()
 	a.log.V(1).Info("xDS stream authenticated", "node", node.GetId(), "caller", caller.String(), "peer", p.cred.peer)
 	return nil
 }
 
-// closed forgets a stream that ended before its first request.
+// closed forgets a stream.
 func (a *authenticator) closed(k streamKey) {
 	a.mu.Lock()
 	delete(a.pending, k)
+	delete(a.callers, k)
 	a.mu.Unlock()
 }
 

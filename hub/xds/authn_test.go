@@ -499,6 +499,45 @@ func TestAuthenticatedPort(t *testing.T) {
 		}
 	})
 
+	// A stream is held to the identity it proved for its whole life: a
+	// later request that names another workload's node ends it, while
+	// its ACKs (no node, or the first's) pass.
+	t.Run("a later request naming another node is refused", func(t *testing.T) {
+		other := node("admin-1", "admin", xdsnode.MetadataNamespace, "admin", xdsnode.MetadataClusterID, "c1")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c := creds{cert: p.cert(t, "demo", "echo")}
+		ads := discoveryv3.NewAggregatedDiscoveryServiceClient(p.conn(t, c.cert))
+
+		sotw, err := ads.StreamAggregatedResources(c.ctx(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = sotw.Send(&discoveryv3.DiscoveryRequest{Node: echoNode("c1"), TypeUrl: resourcev3.ClusterType})
+		r, err := sotw.Recv()
+		wantClusters(t, r, err)
+		_ = sotw.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
+		before := p.failures(reasonNamespace)
+		_ = sotw.Send(&discoveryv3.DiscoveryRequest{Node: other, TypeUrl: resourcev3.ListenerType})
+		_, err = sotw.Recv()
+		p.wantRefused(t, err, codes.PermissionDenied, reasonNamespace, "claims namespace admin", before)
+
+		delta, err := ads.DeltaAggregatedResources(c.ctx(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = delta.Send(&discoveryv3.DeltaDiscoveryRequest{Node: echoNode("c1"), TypeUrl: resourcev3.ClusterType})
+		dr, err := delta.Recv()
+		if err != nil || len(dr.GetResources()) != 1 {
+			t.Fatalf("first Delta response: %d resources, %v", len(dr.GetResources()), err)
+		}
+		_ = delta.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: dr.GetNonce()})
+		before = p.failures(reasonNamespace)
+		_ = delta.Send(&discoveryv3.DeltaDiscoveryRequest{Node: other, TypeUrl: resourcev3.ListenerType})
+		_, err = delta.Recv()
+		p.wantRefused(t, err, codes.PermissionDenied, reasonNamespace, "claims namespace admin", before)
+	})
+
 	t.Run("CSDS", func(t *testing.T) {
 		fetch := func(c creds) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

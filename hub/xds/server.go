@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -122,6 +123,8 @@ type Server struct {
 	// config is the newest Istio configuration (SetConfig); the push loop
 	// applies it.
 	config configBox
+	// admitted is the node each stream was last admitted with (admit).
+	admitted admittedNodes
 }
 
 // configBox holds the newest Istio configuration handed to the server and
@@ -187,8 +190,15 @@ func New(opts Options) *Server {
 	s.authn = newAuthenticator(opts.Authn, clk, opts.Log.WithName("authn"), opts.Metrics)
 	// The stream server's context ends streams when Run ends; New starts
 	// no goroutine, so an unrun Server holds nothing.
+	//
+	// SotW ADS streams are ordered: every type's answers come through one
+	// channel and leave in the order the caches wrote them, so a proxy
+	// gets an Envoy cluster before the load assignment a push wrote after
+	// it (see groupCache.plan). The unordered loop selects at random among
+	// the types whose answers are ready. Delta streams have the one
+	// channel already.
 	ctx, stop := context.WithCancel(context.Background())
-	s.xds, s.stop = serverv3.NewServer(ctx, s.cache, s.callbacks()), stop
+	s.xds, s.stop = serverv3.NewServer(ctx, s.cache, s.callbacks(), sotw.WithOrderedADS()), stop
 	return s
 }
 
@@ -394,6 +404,56 @@ func (s *Server) checkCluster(node *corev3.Node) error {
 	return nil
 }
 
+// admit checks the node of a stream's request (its size, its cluster,
+// that the stream's caller may speak for it) and attaches the stream to
+// the node's group. A later request without a node, or with the node the
+// stream was last admitted with, passes at once: the stream server hands
+// every later request of a SotW stream the node of its first (the same
+// pointer), and Delta requests after the first carry none, so that an ACK
+// costs no metadata parsing.
+func (s *Server) admit(k streamKey, node *corev3.Node) error {
+	if prev, ok := s.admitted.get(k); ok && (node == nil || node == prev) {
+		return nil
+	}
+	if err := s.requestChecked(node); err != nil {
+		return err
+	}
+	if err := s.authn.request(k, node); err != nil {
+		return err
+	}
+	s.cache.attach(k, node)
+	s.admitted.set(k, node)
+	return nil
+}
+
+// admittedNodes holds the node each open stream was last admitted with.
+type admittedNodes struct {
+	mu sync.Mutex
+	m  map[streamKey]*corev3.Node
+}
+
+func (a *admittedNodes) get(k streamKey) (*corev3.Node, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	node, ok := a.m[k]
+	return node, ok
+}
+
+func (a *admittedNodes) set(k streamKey, node *corev3.Node) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[streamKey]*corev3.Node{}
+	}
+	a.m[k] = node
+}
+
+func (a *admittedNodes) forget(k streamKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.m, k)
+}
+
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
 		// The stream server calls the closed callback even when the open
@@ -411,6 +471,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.nacks.closed(streamKey{false, id})
 			s.cache.detach(streamKey{false, id})
 			s.authn.closed(streamKey{false, id})
+			s.admitted.forget(streamKey{false, id})
 		},
 		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
 			s.metrics.proxies.Inc()
@@ -424,6 +485,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			s.nacks.closed(streamKey{true, id})
 			s.cache.detach(streamKey{true, id})
 			s.authn.closed(streamKey{true, id})
+			s.admitted.forget(streamKey{true, id})
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			s.status.OnResponse(id, resp)
@@ -435,27 +497,21 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			// The stream server calls this before it creates the
 			// request's watch (the group's cache); a stream refused here
 			// gets nothing.
-			if err := s.requestChecked(req.GetNode()); err != nil {
+			k := streamKey{false, id}
+			if err := s.admit(k, req.GetNode()); err != nil {
 				return err
 			}
-			if err := s.authn.request(streamKey{false, id}, req.GetNode()); err != nil {
-				return err
-			}
-			s.cache.attach(streamKey{false, id}, req.GetNode())
 			s.status.OnRequest(id, req)
-			s.onRequest(streamKey{false, id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+			s.onRequest(k, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 			return nil
 		},
 		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			if err := s.requestChecked(req.GetNode()); err != nil {
+			k := streamKey{true, id}
+			if err := s.admit(k, req.GetNode()); err != nil {
 				return err
 			}
-			if err := s.authn.request(streamKey{true, id}, req.GetNode()); err != nil {
-				return err
-			}
-			s.cache.attach(streamKey{true, id}, req.GetNode())
 			s.status.OnDeltaRequest(id, req)
-			s.onRequest(streamKey{true, id}, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
+			s.onRequest(k, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
 			return nil
 		},
 	}
