@@ -234,8 +234,9 @@
 //
 // The table is printed, and with -scale.out written as scale.txt,
 // scale.json and scale.svg (a bar per control plane and figure); with
-// -scale.profiles the first replica's heap profile after sync and a 10 s
-// CPU profile of the changes are saved beside them. `make bench` runs the
+// -scale.profiles the first replica's heap profiles after sync and with
+// the clients connected and a 10 s CPU profile of the changes are saved
+// beside them. `make bench` runs the
 // defaults (2 clusters x 200 services x 20 endpoints, 200 clients, 50
 // changes, 1 and 3 replicas); `make bench-scale` the envelope (20 clusters,
 // 80,000 endpoints, 2,000 clients, 200 changes) with istiod, into

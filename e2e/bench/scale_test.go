@@ -42,7 +42,7 @@ var (
 	scaleBaseline  = flag.String("scale.baseline-hub", "", "BenchmarkScale: another meshfed-hub binary to run side by side (e.g. the last release)")
 	scaleIstiod    = flag.String("scale.istiod", "", "BenchmarkScale: Istio's pilot-discovery binary to run side by side (make istiod)")
 	scaleOut       = flag.String("scale.out", "", "BenchmarkScale: directory for scale.json and scale.svg (default: none written)")
-	scaleProfiles  = flag.Bool("scale.profiles", false, "BenchmarkScale: save the first replica's heap profile after sync and a CPU profile of the changes into -scale.out")
+	scaleProfiles  = flag.Bool("scale.profiles", false, "BenchmarkScale: save the first replica's heap profiles after sync and with the clients, and a CPU profile of the changes, into -scale.out")
 )
 
 // Bounds for a hung run; not performance claims.
@@ -593,6 +593,7 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		b.Fatal(err)
 	}
 	res.ClientsHeapMiB = float64(heap) / (1 << 20)
+	saveProfile(ctx, b, reps[0], "/debug/pprof/heap?gc=1", "heap-clients-"+name+".pb.gz")
 	n, lastErr := fl.retries()
 	res.ConnectRetries = n
 	b.Logf("%d clients connected and synced in %.2f s (%.2f CPU s; %d streams refused or failed and were redialled, last: %v); heap %.1f MiB with them",
