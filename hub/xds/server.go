@@ -454,38 +454,40 @@ func (a *admittedNodes) forget(k streamKey) {
 	delete(a.m, k)
 }
 
+// streamOpened counts a new ADS stream and starts its bookkeeping. The
+// stream server calls the closed callback even when the open one fails,
+// so the bookkeeping comes first and authentication (which refuses
+// streams without credentials) last.
+func (s *Server) streamOpened(ctx context.Context, k streamKey) error {
+	s.metrics.proxies.Inc()
+	s.status.StreamOpened(k.delta, k.id)
+	s.nacks.opened(ctx, k)
+	return s.authn.opened(ctx, k)
+}
+
+// streamClosed forgets everything held for an ended stream.
+func (s *Server) streamClosed(k streamKey) {
+	s.metrics.proxies.Dec()
+	s.status.StreamClosed(k.delta, k.id)
+	s.nacks.closed(k)
+	s.cache.detach(k)
+	s.authn.closed(k)
+	s.admitted.forget(k)
+}
+
 func (s *Server) callbacks() serverv3.Callbacks {
 	return serverv3.CallbackFuncs{
-		// The stream server calls the closed callback even when the open
-		// one fails, so the bookkeeping comes first and authentication
-		// (which refuses streams without credentials) last.
 		StreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
-			s.metrics.proxies.Inc()
-			s.status.StreamOpened(false, id)
-			s.nacks.opened(ctx, streamKey{false, id})
-			return s.authn.opened(ctx, streamKey{false, id})
+			return s.streamOpened(ctx, streamKey{false, id})
 		},
 		StreamClosedFunc: func(id int64, _ *corev3.Node) {
-			s.metrics.proxies.Dec()
-			s.status.StreamClosed(false, id)
-			s.nacks.closed(streamKey{false, id})
-			s.cache.detach(streamKey{false, id})
-			s.authn.closed(streamKey{false, id})
-			s.admitted.forget(streamKey{false, id})
+			s.streamClosed(streamKey{false, id})
 		},
 		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
-			s.metrics.proxies.Inc()
-			s.status.StreamOpened(true, id)
-			s.nacks.opened(ctx, streamKey{true, id})
-			return s.authn.opened(ctx, streamKey{true, id})
+			return s.streamOpened(ctx, streamKey{true, id})
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
-			s.metrics.proxies.Dec()
-			s.status.StreamClosed(true, id)
-			s.nacks.closed(streamKey{true, id})
-			s.cache.detach(streamKey{true, id})
-			s.authn.closed(streamKey{true, id})
-			s.admitted.forget(streamKey{true, id})
+			s.streamClosed(streamKey{true, id})
 		},
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
 			s.status.OnResponse(id, resp)
