@@ -22,7 +22,7 @@ import (
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
-// groupCache routes each watch to the LinearCache that holds its type, and
+// groupCache routes each watch to the watch cache that holds its type, and
 // for load assignments to the one of the proxy's group. It implements
 // cachev3.Cache.
 //
@@ -30,7 +30,7 @@ import (
 // each stream is attached to the group of its node on every request (the
 // stream server's request callback runs before the request's watch is
 // created), and when the last stream of a group closes, the group's
-// LinearCache and everything the planner holds for it are freed. A group
+// watch cache and everything the planner holds for it are freed. A group
 // that comes back is built afresh from the registry.
 type groupCache struct {
 	shared  map[string]*versioned // by type URL: LDS, RDS, CDS; fixed at construction
@@ -523,7 +523,7 @@ func (c *groupCache) detachLocked(k streamKey) {
 
 // heldGroups counts what a groupCache holds per proxy group and stream.
 type heldGroups struct {
-	caches   int // load-assignment LinearCaches
+	caches   int // load-assignment watch caches
 	streams  int // streams attached to a group
 	members  int // groups with an attached stream
 	planned  int // groups the planner tracks
@@ -644,7 +644,7 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 // the proxy already holds (initial_resource_versions, sent by a proxy
 // whose stream was replaced, e.g. by pilot-agent after its upstream
 // connection failed), one that declares them all outdated; else sub. A
-// LinearCache answers a named subscription only when a resource differs
+// watch cache answers a named subscription only when a resource differs
 // from what the proxy declares, so a reconnecting proxy that was up to
 // date got no answer at all, and the hub showed the type as NOT SENT for
 // as long as nothing changed. Like istiod, which answers the first request

@@ -4,23 +4,26 @@
 // The layering follows go-control-plane: the pusher writes resources into a
 // cache and the stream server only reads it. The cache is a groupCache:
 // listeners, routes and clusters are the same for every proxy and live in one
-// LinearCache per type; load assignments depend on where the proxy runs (its
+// watch cache per type; load assignments depend on where the proxy runs (its
 // cluster and region decide the failover priorities) and live in one
-// LinearCache per proxy group, created when the group's first proxy asks.
-// A LinearCache marshals each resource once per version, however many
-// streams it is sent on, and answers a non-wildcard watch only when one of
-// the watched resources changed.
+// watch cache per proxy group, created when the group's first proxy asks.
+// A watch cache (watchcache.go) answers as go-control-plane's LinearCache
+// does: it marshals each resource once per version, however many streams
+// it is sent on, and answers a non-wildcard watch only when one of the
+// watched resources changed. Unlike a LinearCache, what a watch costs does
+// not grow with the resources it subscribes to (an Envoy sidecar subscribes
+// to every service's load assignment).
 //
 // The pusher drains the store's changed hostnames; xdsgen.Planner, the
 // pure core, rebuilds only their resources (memoized per hostname and
 // group) and returns the plan of changes against what was written before:
 // per type and per group, what to upsert and what to delete, without
 // resources equal to those written. Server.push only writes the plan into
-// the LinearCaches, after the groupCache's lock is released.
+// the watch caches, after the groupCache's lock is released.
 //
 // A group's state lives as long as one of its streams: every request
 // attaches its stream to the group of its node, and when the last stream of
-// a group closes, the group's LinearCache, its record in the planner and
+// a group closes, the group's watch cache, its record in the planner and
 // its memoized assignments are freed (meshfed_xds_proxy_groups counts the
 // groups held). A group that comes back is built afresh from the registry.
 //
@@ -29,7 +32,7 @@
 // (PeerAuthentication, AuthorizationPolicy) of the workload at that
 // address: the Pod the registry has there in the asking server's cluster
 // (workload.go). The groupCache builds one when a watch first names it and
-// puts it in the listener LinearCache before the watch is created; it
+// puts it in the listener watch cache before the watch is created; it
 // stays there (one small resource per server address ever seen), and a
 // push rebuilds it when its policy changes: on any change of the security
 // config, or of the endpoints at its address. Clusters follow auto mTLS
@@ -61,7 +64,7 @@
 // not proxies: the StatusTracker does not list them.
 //
 // Config epochs (ledger.go) say which Istio configuration each response
-// holds, for the fleet's config status: every LinearCache is created by
+// holds, for the fleet's config status: every watch cache is created by
 // the Ledger with a version prefix of its own ("<id>."), a push of a new
 // configuration begins an epoch (each object's new generation, or its
 // removal, arrives in it) and seals it once its writes are done, marking
@@ -71,7 +74,7 @@
 // planner's configuration (meshServicesLocked, istioconfig.MergeEntry), so
 // every generator sees them as services.
 //
-// A LinearCache answers a request that accepted no version at once, so a
+// A watch cache answers a request that accepted no version at once, so a
 // proxy that NACKs its first response would be sent it again in a tight
 // loop; nackBackoff holds back the answer to each NACK in a row a little
 // longer (Options.NACKBackoff), per stream and type, until an ACK.

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
@@ -27,7 +26,7 @@ import (
 // and perhaps some of E+1. So the epoch of version n of a cache is that of
 // the last seal at or below n (mark), which only ever understates it.
 //
-// Every LinearCache the server writes is a versioned: the ledger gives it
+// Every watch cache the server writes is a versioned: the ledger gives it
 // a version prefix of its own ("<id>."), so that a version names its cache
 // and a proxy's ACKed version can be looked up.
 type Ledger struct {
@@ -59,11 +58,11 @@ func NewLedger(replica string) *Ledger {
 		objects: map[istioconfig.Key]proxystatus.ConfigObject{}, changed: make(chan struct{}, 1)}
 }
 
-// versioned is a LinearCache whose versions the ledger can place.
+// versioned is a watch cache whose versions the ledger can place.
 type versioned struct {
-	lc *cachev3.LinearCache
+	lc *watchCache
 	id uint64
-	// n mirrors the LinearCache's version counter, which each
+	// n mirrors the watch cache's version counter, which each
 	// UpdateResources advances by one. Writes that race (the push loop's
 	// and a stream's, see groupCache) are all done when a seal reads it.
 	n     atomic.Uint64
@@ -80,11 +79,7 @@ func (l *Ledger) newCache(typeURL string, initial map[string]types.Resource) *ve
 	defer l.mu.Unlock()
 	l.nextID++
 	v := &versioned{id: l.nextID, marks: []mark{{0, l.epoch}}}
-	opts := []cachev3.LinearCacheOption{cachev3.WithVersionPrefix(strconv.FormatUint(v.id, 10) + ".")}
-	if initial != nil {
-		opts = append(opts, cachev3.WithInitialResources(initial))
-	}
-	v.lc = cachev3.NewLinearCache(typeURL, opts...)
+	v.lc = newWatchCache(typeURL, strconv.FormatUint(v.id, 10)+".", initial)
 	l.caches[v.id] = v
 	return v
 }

@@ -31,11 +31,11 @@ func (b Backoff) withDefaults() Backoff {
 // type, doubling the delay with every NACK in a row and forgetting it at
 // the first ACK.
 //
-// It exists because go-control-plane's LinearCache answers a request at
-// once when its version differs from the cache's, and a proxy that
-// rejects its very first response asks again with no version: it would be
-// sent the same rejected resources in a tight loop, burning CPU on both
-// ends and flooding the logs. (A NACK of a later response names the last
+// It exists because a watch cache (as go-control-plane's LinearCache)
+// answers a request at once when its version differs from the cache's,
+// and a proxy that rejects its very first response asks again with no
+// version: it would be sent the same rejected resources in a tight loop,
+// burning CPU on both ends and flooding the logs. (A NACK of a later response names the last
 // accepted version and waits for a change, but a backoff costs that case
 // nothing: the response it gets back would be the same one anyway.)
 //

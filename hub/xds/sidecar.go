@@ -86,7 +86,7 @@ type sidecar struct {
 	replans int // regenerations after the first, for tests of what a push costs
 }
 
-// written is one LinearCache and the resources last written to it, so that
+// written is one watch cache and the resources last written to it, so that
 // a push writes only what changed.
 type written struct {
 	lc   *versioned
