@@ -39,8 +39,12 @@ var scaleColumns = []scaleColumn{
 // or a baseline ran, each meshfed row's ratios to it.
 func scaleTable(cfg scaleConfig, results []scaleResult) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "envelope: %d clusters x %d services x %d endpoints = %d endpoints, %d clients, %d changes\n",
-		cfg.clusters, cfg.services, cfg.endpoints, cfg.totalEndpoints(), cfg.clients, cfg.changes)
+	subscribed := "eleven services each"
+	if cfg.subscribeAll {
+		subscribed = "every service each"
+	}
+	fmt.Fprintf(&sb, "envelope: %d clusters x %d services x %d endpoints = %d endpoints, %d clients (subscribed to %s), %d changes\n",
+		cfg.clusters, cfg.services, cfg.endpoints, cfg.totalEndpoints(), cfg.clients, subscribed, cfg.changes)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"control plane"}
 	for _, c := range scaleColumns {

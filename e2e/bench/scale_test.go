@@ -42,6 +42,7 @@ var (
 	scaleBaseline  = flag.String("scale.baseline-hub", "", "BenchmarkScale: another meshfed-hub binary to run side by side (e.g. the last release)")
 	scaleIstiod    = flag.String("scale.istiod", "", "BenchmarkScale: Istio's pilot-discovery binary to run side by side (make istiod)")
 	scaleOut       = flag.String("scale.out", "", "BenchmarkScale: directory for scale.json and scale.svg (default: none written)")
+	scaleSubscribe = flag.String("scale.subscribe", "few", "BenchmarkScale: what each client subscribes to: few (eleven services, as a proxyless gRPC client) or all (every service, as an Envoy sidecar without a Sidecar scope)")
 	scaleProfiles  = flag.Bool("scale.profiles", false, "BenchmarkScale: save the first replica's heap profiles after sync and with the clients, and a CPU profile of the changes, into -scale.out")
 )
 
@@ -59,6 +60,9 @@ const (
 // scaleConfig is the fleet of one BenchmarkScale run.
 type scaleConfig struct {
 	clusters, services, endpoints, clients, changes int
+	// subscribeAll: every client subscribes to every service's
+	// assignment, as an Envoy sidecar does (-scale.subscribe=all).
+	subscribeAll bool
 }
 
 func (c scaleConfig) local() int  { return c.services / 2 }
@@ -93,10 +97,13 @@ func (c scaleConfig) allNames() []string {
 // touches: the first local service of the first cluster.
 func (c scaleConfig) probeName() string { return scaleEDSName(localService(0), localNamespace(0)) }
 
-// clientNames is what client j subscribes to: the probe, four services of
-// its own cluster, four shared ones and two of another cluster, spread
-// deterministically.
+// clientNames is what client j subscribes to: every service under
+// subscribeAll, else the probe, four services of its own cluster, four
+// shared ones and two of another cluster, spread deterministically.
 func (c scaleConfig) clientNames(j int) []string {
+	if c.subscribeAll {
+		return c.allNames()
+	}
 	own := j % c.clusters
 	other := (own + 1 + j/c.clusters) % c.clusters
 	names := []string{c.probeName()}
@@ -185,6 +192,13 @@ func BenchmarkScale(b *testing.B) {
 	cfg := scaleConfig{
 		clusters: *scaleClusters, services: *scaleServices, endpoints: *scaleEndpoints,
 		clients: *scaleClients, changes: *scaleChanges,
+	}
+	switch *scaleSubscribe {
+	case "few":
+	case "all":
+		cfg.subscribeAll = true
+	default:
+		b.Fatalf("scale: bad -scale.subscribe %q: few or all", *scaleSubscribe)
 	}
 	if cfg.services < 2 || cfg.endpoints < 2 || cfg.clusters < 1 || cfg.clients < 1 {
 		b.Fatalf("scale: bad size %+v", cfg)
