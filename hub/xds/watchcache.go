@@ -88,6 +88,15 @@ func newEntry(name string, res types.Resource, version string) *entry {
 	}
 }
 
+// any is e's bytes as an answer of typeURL carries them.
+func (e *entry) any(typeURL string) (*anypb.Any, error) {
+	b, err := e.bytes()
+	if err != nil {
+		return nil, fmt.Errorf("xds: marshalling %s: %w", e.name, err)
+	}
+	return &anypb.Any{TypeUrl: typeURL, Value: b}, nil
+}
+
 // cacheWatch is one open watch: a SotW one (sotw set) or a Delta one.
 type cacheWatch struct {
 	sub   cachev3.Subscription
@@ -438,11 +447,11 @@ func (r *sotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, e
 		Resources:   make([]*anypb.Any, len(r.resources)),
 	}
 	for i, e := range r.resources {
-		b, err := e.bytes()
+		a, err := e.any(out.TypeUrl)
 		if err != nil {
-			return nil, fmt.Errorf("xds: marshalling %s: %w", e.name, err)
+			return nil, err
 		}
-		out.Resources[i] = &anypb.Any{TypeUrl: out.TypeUrl, Value: b}
+		out.Resources[i] = a
 	}
 	r.built.Store(out)
 	return out, nil
@@ -477,15 +486,15 @@ func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscovery
 		RemovedResources:  r.removed,
 	}
 	for i, e := range r.resources {
-		b, err := e.bytes()
+		a, err := e.any(out.TypeUrl)
 		if err != nil {
-			return nil, fmt.Errorf("xds: marshalling %s: %w", e.name, err)
+			return nil, err
 		}
 		v, err := e.hash()
 		if err != nil {
 			return nil, fmt.Errorf("xds: version of %s: %w", e.name, err)
 		}
-		out.Resources[i] = &discoveryv3.Resource{Name: e.name, Version: v, Resource: &anypb.Any{TypeUrl: out.TypeUrl, Value: b}}
+		out.Resources[i] = &discoveryv3.Resource{Name: e.name, Version: v, Resource: a}
 	}
 	r.built.Store(out)
 	return out, nil
