@@ -141,25 +141,28 @@ func (f *Fleet) Full() []byte {
 }
 
 // TakeChanges moves the local changes into this replica's view and
-// returns them as a batch for the peers.
-func (f *Fleet) TakeChanges() ([]byte, bool) {
+// returns encode, which builds their batch for the peers; ok is false when
+// nothing changed. The replicator calls encode only when a peer is
+// connected: a peer that connects later is sent Full, read from the
+// proxies after this call, so nothing is lost by not encoding. With one
+// replica, that saves building a batch of every proxy's record after every
+// push.
+func (f *Fleet) TakeChanges() (encode func() ([]byte, error), ok bool) {
 	changed, removed := f.proxies.TakeChanges()
 	spokes, spokesChanged := f.spokes.take()
 	ledger := f.config.take()
 	if len(changed) == 0 && len(removed) == 0 && !spokesChanged && ledger == nil {
 		return nil, false
 	}
-	f.view.Upsert(f.self, changed)
+	// The records were built for this call: the view keeps them, and the
+	// batch only reads them.
+	f.view.UpsertOwned(f.self, changed)
 	f.view.Remove(f.self, removed)
 	b := batch{Changed: changed, Removed: removed, Ledger: ledger}
 	if spokesChanged {
 		b.Spokes = &spokes
 	}
-	raw, err := b.encode()
-	if err != nil {
-		return nil, false
-	}
-	return raw, true
+	return b.encode, true
 }
 
 // Changed signals, coalesced, that TakeChanges has something.
@@ -187,7 +190,7 @@ func (f *Fleet) Apply(from federation.ReplicaID, raw []byte) error {
 		f.view.Replace(string(from), b.Changed)
 		return nil
 	}
-	f.view.Upsert(string(from), b.Changed)
+	f.view.UpsertOwned(string(from), b.Changed)
 	f.view.Remove(string(from), b.Removed)
 	return nil
 }

@@ -26,7 +26,7 @@ import (
 // not depend on the replication package.
 type peerSync interface {
 	Full() []byte
-	TakeChanges() ([]byte, bool)
+	TakeChanges() (encode func() ([]byte, error), ok bool)
 	Changed() <-chan struct{}
 	Apply(from federation.ReplicaID, batch []byte) error
 	DropReplica(id federation.ReplicaID)
@@ -51,6 +51,21 @@ type localSpokes struct {
 
 func (l *localSpokes) Spokes() []debugdoc.Spoke       { return slices.Clone(l.list) }
 func (l *localSpokes) SpokesChanged() <-chan struct{} { return l.changed }
+
+// take is TakeChanges with the batch encoded, as the replicator does
+// when a peer is connected.
+func take(t *testing.T, f *Fleet) ([]byte, bool) {
+	t.Helper()
+	encode, ok := f.TakeChanges()
+	if !ok {
+		return nil, false
+	}
+	raw, err := encode()
+	if err != nil {
+		t.Fatalf("encoding the batch: %v", err)
+	}
+	return raw, true
+}
 
 func names(recs []proxystatus.Record) []string {
 	var out []string
@@ -77,7 +92,7 @@ func TestFleetReplicates(t *testing.T) {
 	if raw := a.Full(); raw != nil {
 		t.Fatalf("full batch of an empty replica: %s", raw)
 	}
-	if raw, ok := a.TakeChanges(); ok {
+	if raw, ok := take(t, a); ok {
 		t.Fatalf("changes of an empty replica: %s", raw)
 	}
 
@@ -86,7 +101,7 @@ func TestFleetReplicates(t *testing.T) {
 	tracker.OnRequest(1, &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: nodeA}, TypeUrl: resourcev3.ClusterType})
 	tracker.OnResponse(1, &discoveryv3.DiscoveryResponse{TypeUrl: resourcev3.ClusterType, VersionInfo: "1", Nonce: "n1"})
 	waitChanged(t, a)
-	raw, ok := a.TakeChanges()
+	raw, ok := take(t, a)
 	if !ok {
 		t.Fatal("no changes after a proxy connected")
 	}
@@ -115,7 +130,7 @@ func TestFleetReplicates(t *testing.T) {
 	spokes.list = []debugdoc.Spoke{{Cluster: "c1", Version: "v1", ConnectedAt: t0, LastSeen: t0, Healthy: true, Streams: 1}}
 	spokes.changed <- struct{}{}
 	waitChanged(t, a)
-	raw, ok = a.TakeChanges()
+	raw, ok = take(t, a)
 	if !ok {
 		t.Fatal("no changes after a spoke connected")
 	}
@@ -146,7 +161,7 @@ func TestFleetReplicates(t *testing.T) {
 	// The proxy disconnects: gone everywhere.
 	tracker.StreamClosed(false, 1)
 	waitChanged(t, a)
-	if raw, ok = a.TakeChanges(); !ok {
+	if raw, ok = take(t, a); !ok {
 		t.Fatal("no changes after the proxy left")
 	}
 	if err := b.Apply("hub-0", raw); err != nil {

@@ -34,7 +34,7 @@ func TestFleetReplicatesLedger(t *testing.T) {
 	if raw == nil {
 		t.Fatal("no full batch from a replica with a ledger")
 	}
-	if _, ok := a.TakeChanges(); ok {
+	if _, ok := take(t, a); ok {
 		t.Fatal("a batch after the full one, with nothing changed")
 	}
 	if err := b.Apply("hub-0", raw); err != nil {
@@ -51,7 +51,7 @@ func TestFleetReplicatesLedger(t *testing.T) {
 	// The next generation begins an epoch: the ledger travels again.
 	vs.Generation, vs.Epoch = 3, 4
 	cfg.ledger = proxystatus.ConfigLedger{Epoch: 3, Pending: 4, Objects: []proxystatus.ConfigObject{vs}}
-	raw, ok := a.TakeChanges()
+	raw, ok := take(t, a)
 	if !ok {
 		t.Fatal("no batch for a changed ledger")
 	}

@@ -45,10 +45,19 @@ func (f *fleet) run(ctx context.Context) {
 			return
 		case <-f.clock.After(proxyStatusBatchInterval):
 		}
-		if batch, ok := f.proxies.TakeChanges(); ok {
-			if err := f.peers.Broadcast(&federation.PeerMessage{ProxyStatus: batch}); err != nil {
-				f.log.V(1).Info("proxy status broadcast incomplete", "error", err.Error())
-			}
+		encode, ok := f.proxies.TakeChanges()
+		// Taken first, then the peers asked: a peer that connects after
+		// this look is sent the full status, read after the take.
+		if !ok || len(f.peers.Connected()) == 0 {
+			continue
+		}
+		batch, err := encode()
+		if err != nil {
+			f.log.Error(err, "proxy status batch not encoded")
+			continue
+		}
+		if err := f.peers.Broadcast(&federation.PeerMessage{ProxyStatus: batch}); err != nil {
+			f.log.V(1).Info("proxy status broadcast incomplete", "error", err.Error())
 		}
 	}
 }

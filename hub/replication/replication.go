@@ -66,8 +66,10 @@ type Deps struct {
 type ProxyStatusSync interface {
 	// Full returns every local record, for a peer that (re)connects.
 	Full() []byte
-	// TakeChanges returns the local changes since the last call, if any.
-	TakeChanges() ([]byte, bool)
+	// TakeChanges takes the local changes since the last call, if any,
+	// and returns the encoder of their batch, called only when a peer is
+	// connected (one that connects later is sent Full).
+	TakeChanges() (encode func() ([]byte, error), ok bool)
 	// Changed signals (coalesced) that TakeChanges has something.
 	Changed() <-chan struct{}
 	// Apply merges a batch from replica from.

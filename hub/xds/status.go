@@ -373,6 +373,11 @@ func (t *StatusTracker) Changes() <-chan struct{} { return t.changes }
 func (t *StatusTracker) TakeChanges() (changed []proxystatus.Record, removed []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if len(t.dirty) > 0 {
+		// After a push, every proxy: grown by append, the slice of large
+		// records would be copied a dozen times.
+		changed = make([]proxystatus.Record, 0, len(t.dirty))
+	}
 	for node := range t.dirty {
 		if s := t.newestLocked(node); s != nil {
 			changed = append(changed, t.recordLocked(s))

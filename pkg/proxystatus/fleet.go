@@ -11,7 +11,8 @@ import (
 // lower replica name.
 //
 // The zero Fleet is empty and ready. A Fleet is safe for concurrent use; it
-// does no I/O. Records passed in are copied and those returned are copies.
+// does no I/O. Records passed in are copied (but see UpsertOwned) and
+// those returned are copies.
 type Fleet struct {
 	mu       sync.RWMutex                 // guards replicas
 	replicas map[string]map[string]Record // replica → node ID → record
@@ -22,7 +23,14 @@ func NewFleet() *Fleet { return &Fleet{} }
 
 // Upsert adds or replaces the records of replica. Each record's Replica is
 // set to replica.
-func (f *Fleet) Upsert(replica string, recs []Record) {
+func (f *Fleet) Upsert(replica string, recs []Record) { f.upsert(replica, recs, true) }
+
+// UpsertOwned is Upsert without the copy: the Fleet keeps recs' Types
+// maps, which the caller must not change afterwards (it may go on reading
+// them). It is for records built for the call, such as a decoded batch.
+func (f *Fleet) UpsertOwned(replica string, recs []Record) { f.upsert(replica, recs, false) }
+
+func (f *Fleet) upsert(replica string, recs []Record, clone bool) {
 	if len(recs) == 0 {
 		return
 	}
@@ -37,7 +45,9 @@ func (f *Fleet) Upsert(replica string, recs []Record) {
 		f.replicas[replica] = m
 	}
 	for _, r := range recs {
-		r = r.Clone()
+		if clone {
+			r = r.Clone()
+		}
 		r.Replica = replica
 		m[r.Proxy] = r
 	}

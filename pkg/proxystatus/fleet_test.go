@@ -49,6 +49,24 @@ func TestFleetMergesReplicas(t *testing.T) {
 	}
 }
 
+// Upsert copies what it is given; UpsertOwned keeps it, for records built
+// for the call.
+func TestFleetUpsertOwnership(t *testing.T) {
+	var f Fleet
+	recs := fixture()
+	copied, owned := recs[0].Clone(), recs[1].Clone()
+	f.Upsert("hub-0", []Record{copied})
+	f.UpsertOwned("hub-1", []Record{owned})
+	copied.Types[TypeCDS] = TypeStatus{Status: StatusStale}
+	owned.Types[TypeCDS] = TypeStatus{Status: StatusStale}
+	if got := f.Get(recs[0].Proxy)[0].Types[TypeCDS].Status; got == StatusStale {
+		t.Error("Upsert kept the caller's map")
+	}
+	if got := f.Get(recs[1].Proxy)[0]; got.Types[TypeCDS].Status != StatusStale || got.Replica != "hub-1" {
+		t.Errorf("UpsertOwned copied the caller's map, or did not name the replica: %+v", got)
+	}
+}
+
 func TestFleetReconnectShowsNewest(t *testing.T) {
 	var f Fleet
 	old := fixture()[0] // on hub-0, connected at t0
