@@ -307,8 +307,8 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 		parsed, err = remotesecret.Parse(secret.Data)
 		if err != nil {
 			log.Error(err, "remote secret rejected")
-			p.opts.Status.SetSecretError(name, err.Error())
 			p.opts.Status.CountError(name, ReasonNoClusters)
+			p.opts.Status.SetSecretError(name, err.Error())
 		} else {
 			p.opts.Status.SetSecretError(name, "")
 		}
@@ -320,17 +320,18 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 	if serr != nil {
 		// Never widened: a running cluster keeps the scope it had, a new
 		// one is not started.
+		// Counted first: whoever sees the error also sees the count.
 		log.Error(serr, "discovery selector rejected")
-		p.opts.Status.SetSecretError(name, serr.Error())
 		p.opts.Status.CountError(name, ReasonDiscoverySelector)
+		p.opts.Status.SetSecretError(name, serr.Error())
 	}
 
 	policy, perr := ParseStalePolicy(secret.Annotations[AnnotationStaleEndpoints])
 	if perr != nil {
 		// The endpoints are kept, the safe choice, and the secret says why.
 		log.Error(perr, "stale-endpoint policy rejected; keeping endpoints")
-		p.opts.Status.SetSecretError(name, perr.Error())
 		p.opts.Status.CountError(name, ReasonStalePolicy)
+		p.opts.Status.SetSecretError(name, perr.Error())
 	}
 
 	now := map[model.ClusterID]struct{}{}
@@ -363,8 +364,8 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 		if owner, ok := p.owners[c.ID]; ok && owner != name {
 			err := fmt.Errorf("cluster %s is already defined by secret %s", c.ID, owner)
 			log.Error(err, "remote cluster entry ignored", "cluster", c.ID)
-			p.opts.Status.SetSecretError(name, err.Error())
 			p.opts.Status.CountError(string(c.ID), ReasonDuplicateCluster)
+			p.opts.Status.SetSecretError(name, err.Error())
 			continue
 		}
 		p.owners[c.ID] = name
