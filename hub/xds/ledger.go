@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
@@ -60,12 +59,8 @@ func NewLedger(replica string) *Ledger {
 
 // versioned is a watch cache whose versions the ledger can place.
 type versioned struct {
-	lc *watchCache
-	id uint64
-	// n mirrors the watch cache's version counter, which each
-	// UpdateResources advances by one. Writes that race (the push loop's
-	// and a stream's, see groupCache) are all done when a seal reads it.
-	n     atomic.Uint64
+	lc    *watchCache
+	id    uint64
 	marks []mark // guarded by ledger.mu; ascending in both fields
 }
 
@@ -145,7 +140,9 @@ func (l *Ledger) seal() bool {
 	}
 	l.epoch = l.pending
 	for _, v := range l.caches {
-		n := v.n.Load()
+		// Writes that race (the push loop's and a stream's, see
+		// groupCache) are all done by now.
+		n := v.lc.Version()
 		if last := &v.marks[len(v.marks)-1]; last.n == n {
 			last.epoch = l.epoch
 			continue
@@ -219,7 +216,6 @@ func (l *Ledger) signal() {
 
 // UpdateResources writes to the cache.
 func (v *versioned) UpdateResources(up map[string]types.Resource, del []string) error {
-	v.n.Add(1)
 	return v.lc.UpdateResources(up, del)
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
@@ -125,6 +126,16 @@ func TestConfigEpochRollout(t *testing.T) {
 	want("removal after the ACK", 2, true, proxystatus.RolloutSynced, "")
 }
 
+// writeN makes k empty writes to c, each a version.
+func writeN(tb testing.TB, c *versioned, k int) {
+	tb.Helper()
+	for range k {
+		if err := c.UpdateResources(nil, nil); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkTracker10kEpochs is BenchmarkTracker10k with config epochs:
 // every record looks the epochs of its ACKed versions up in a ledger of
 // 10,000 caches (a sidecar's worth each), 64 seals deep.
@@ -137,7 +148,7 @@ func BenchmarkTracker10kEpochs(b *testing.B) {
 	for range maxMarks {
 		l.begin(nil)
 		for _, c := range caches {
-			c.n.Add(1)
+			writeN(b, c, 1)
 		}
 		l.seal()
 	}
@@ -157,10 +168,10 @@ func TestLedgerEpochOf(t *testing.T) {
 	if e := l.epochOf(v(0)); e != 1 {
 		t.Fatalf("a new cache's version holds epoch %d, want 1", e)
 	}
-	c.n.Add(2) // two writes, then a seal: version 2 holds epoch 2
+	writeN(t, c, 2) // two writes, then a seal: version 2 holds epoch 2
 	l.begin(configOf(echoVS(1)))
 	l.seal()
-	c.n.Add(1) // a write after it (an endpoint push) holds epoch 2 too
+	writeN(t, c, 1) // a write after it (an endpoint push) holds epoch 2 too
 	for n, want := range map[uint64]uint64{0: 1, 1: 1, 2: 2, 3: 2} {
 		if e := l.epochOf(v(n)); e != want {
 			t.Errorf("version %d holds epoch %d, want %d", n, e, want)
@@ -172,7 +183,7 @@ func TestLedgerEpochOf(t *testing.T) {
 		}
 	}
 	for range maxMarks {
-		c.n.Add(1)
+		writeN(t, c, 1)
 		l.begin(configOf(echoVS(1)))
 		l.seal()
 	}
@@ -190,5 +201,22 @@ func TestLedgerEpochOf(t *testing.T) {
 	l.release(c)
 	if e := l.epochOf(v(3)); e != 0 {
 		t.Errorf("a released cache's version holds epoch %d", e)
+	}
+}
+
+// A write the cache refuses makes no version, so the seal after it marks
+// the version the cache really holds.
+func TestLedgerSealsTheCachesVersion(t *testing.T) {
+	l := NewLedger("hub-0")
+	c := l.newCache(resourcev3.ClusterType, nil)
+	writeN(t, c, 1)
+	if err := c.UpdateResources(map[string]types.Resource{"bad": nil}, nil); err == nil {
+		t.Fatal("a nil resource was written")
+	}
+	l.begin(configOf(echoVS(1)))
+	l.seal()
+	v := func(n uint64) string { return fmt.Sprintf("%d.%d", c.id, n) }
+	if e, want := l.epochOf(v(1)), l.epoch; e != want {
+		t.Errorf("the cache's version 1 holds epoch %d, want the sealed %d", e, want)
 	}
 }

@@ -128,6 +128,14 @@ func newWatchCache(typeURL, prefix string, initial map[string]types.Resource) *w
 
 func (c *watchCache) versionLocked() string { return c.prefix + strconv.FormatUint(c.version, 10) }
 
+// Version returns the counter of the cache's version: how many writes it
+// took.
+func (c *watchCache) Version() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
+
 // UpdateResources writes up and removes del as one version, and answers
 // every watch that the change concerns.
 func (c *watchCache) UpdateResources(up map[string]types.Resource, del []string) error {
