@@ -32,6 +32,8 @@ var scaleColumns = []scaleColumn{
 	{"CPU s/100 changes", "%.2f", func(r scaleResult) float64 { return r.CPUPer100Changes }},
 	{"syscalls/update", "%.2f", func(r scaleResult) float64 { return r.ReadsPerUpdate + r.WritesPerUpdate }},
 	{"storm s", "%.2f", func(r scaleResult) float64 { return r.StormS }},
+	{"storm CPU s", "%.2f", func(r scaleResult) float64 { return r.StormCPUS }},
+	{"storm clients CPU s", "%.2f", func(r scaleResult) float64 { return r.StormClientsCPUS }},
 	{"storm peak heap x", "%.2f", func(r scaleResult) float64 { return r.StormPeakHeapRatio }},
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -184,6 +185,11 @@ type scaleResult struct {
 	StormS             float64 `json:"stormS"`
 	StormPeakHeapRatio float64 `json:"stormPeakHeapRatio"`
 	StormPeakRSSRatio  float64 `json:"stormPeakRSSRatio"`
+	// StormCPUS is the control plane's CPU during the storm,
+	// StormClientsCPUS the bench process's own: the clients dialling and
+	// decoding every assignment, on the same cores as the control plane.
+	StormCPUS        float64 `json:"stormCPUS"`
+	StormClientsCPUS float64 `json:"stormClientsCPUS"`
 }
 
 // BenchmarkScale measures the envelope of a fleet: see the package
@@ -442,6 +448,12 @@ func (r cpReplica) cpu() time.Duration {
 	return d
 }
 
+// selfCPU is the bench process's CPU: its clients', mostly.
+func selfCPU() time.Duration {
+	d, _ := framework.ProcessCPU(os.Getpid())
+	return d
+}
+
 func cpuOf(cp controlPlane) time.Duration {
 	var d time.Duration
 	for _, r := range cp.replicas() {
@@ -664,12 +676,14 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		defer close(sampled)
 		peakHeap, peakRSS, _ = sampleHeap(ctx, cp, scaleSyncTimeout, stop)
 	}()
-	t0 = time.Now()
+	t0, cpu0 = time.Now(), cpuOf(cp)
+	self0 := selfCPU()
 	if err := fl.dial(ctx, reps); err != nil {
 		b.Fatal(err)
 	}
 	err = fl.waitSynced(ctx)
 	res.StormS = time.Since(t0).Seconds()
+	res.StormCPUS, res.StormClientsCPUS = (cpuOf(cp) - cpu0).Seconds(), (selfCPU() - self0).Seconds()
 	res.StormRetries, _ = fl.retries()
 	close(stop)
 	<-sampled
@@ -687,8 +701,8 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	if !live {
 		heapKind = "allocated heap"
 	}
-	b.Logf("reconnect storm: %d clients redialled at once, all synced in %.2f s (%d streams refused and redialled); peak %s %.1f MiB over steady %.1f MiB (%.2fx), RSS %.2fx",
-		cfg.clients, res.StormS, res.StormRetries, heapKind, float64(peakHeap)/(1<<20), float64(steadyHeap)/(1<<20), res.StormPeakHeapRatio, res.StormPeakRSSRatio)
+	b.Logf("reconnect storm: %d clients redialled at once, all synced in %.2f s (%.2f CPU s, the clients %.2f CPU s; %d streams refused and redialled); peak %s %.1f MiB over steady %.1f MiB (%.2fx), RSS %.2fx",
+		cfg.clients, res.StormS, res.StormCPUS, res.StormClientsCPUS, res.StormRetries, heapKind, float64(peakHeap)/(1<<20), float64(steadyHeap)/(1<<20), res.StormPeakHeapRatio, res.StormPeakRSSRatio)
 	return res
 }
 
