@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -368,7 +367,9 @@ func (t *StatusTracker) markLocked(node string) {
 func (t *StatusTracker) Changes() <-chan struct{} { return t.changes }
 
 // TakeChanges returns the records that changed or appeared since the last
-// call, and the node IDs of the proxies that are gone, both sorted. It has
+// call, and the node IDs of the proxies that are gone, in no order (after
+// a push, every proxy's record: sorting 2,000 of them was 2 % of the
+// hub's CPU under pushes, and their readers keep them by node ID). It has
 // one consumer: Drain, or whoever calls it instead.
 func (t *StatusTracker) TakeChanges() (changed []proxystatus.Record, removed []string) {
 	t.mu.Lock()
@@ -386,8 +387,6 @@ func (t *StatusTracker) TakeChanges() (changed []proxystatus.Record, removed []s
 		}
 	}
 	clear(t.dirty)
-	proxystatus.Sort(changed)
-	slices.Sort(removed)
 	return changed, removed
 }
 
