@@ -48,8 +48,10 @@ type watchCache struct {
 	// those that changed (listeners and clusters, as xDS requires).
 	fullState bool
 
-	mu        sync.Mutex
-	version   uint64
+	mu sync.Mutex
+	// version counts the writes; written under mu, read without it by
+	// Version, so that a ledger seal takes no lock of the cache.
+	version   atomic.Uint64
 	resources map[string]*entry
 	watches   map[uint64]*cacheWatch
 	lastID    uint64
@@ -126,15 +128,13 @@ func newWatchCache(typeURL, prefix string, initial map[string]types.Resource) *w
 	return c
 }
 
-func (c *watchCache) versionLocked() string { return c.prefix + strconv.FormatUint(c.version, 10) }
+func (c *watchCache) versionLocked() string {
+	return c.prefix + strconv.FormatUint(c.version.Load(), 10)
+}
 
 // Version returns the counter of the cache's version: how many writes it
 // took.
-func (c *watchCache) Version() uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.version
-}
+func (c *watchCache) Version() uint64 { return c.version.Load() }
 
 // UpdateResources writes up and removes del as one version, and answers
 // every watch that the change concerns.
@@ -146,7 +146,7 @@ func (c *watchCache) UpdateResources(up map[string]types.Resource, del []string)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.version++
+	c.version.Add(1)
 	v := c.versionLocked()
 	modified := make([]string, 0, len(up)+len(del))
 	for name, res := range up {
