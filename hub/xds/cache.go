@@ -624,7 +624,7 @@ func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 		return nil, err
 	}
 	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
-	return lc.lc.CreateWatch(req, sub, out)
+	return lc.CreateWatch(req, sub, out)
 }
 
 func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, out chan cachev3.DeltaResponse) (func(), error) {
@@ -636,7 +636,7 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 		return nil, err
 	}
 	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
-	return lc.lc.CreateDeltaWatch(req, resyncOnConnect(req, sub), out)
+	return lc.CreateDeltaWatch(req, resyncOnConnect(req, sub), out)
 }
 
 // resyncOnConnect returns the subscription for a Delta watch: for the
@@ -685,13 +685,13 @@ func (c *groupCache) Fetch(ctx context.Context, req *cachev3.Request) (cachev3.R
 		if lc == nil {
 			return nil, fmt.Errorf("xds: no stream of proxy group %v is open", ProxyGroupOf(req.GetNode()))
 		}
-		return lc.lc.Fetch(ctx, req)
+		return lc.Fetch(ctx, req)
 	}
 	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
 		return nil, err
 	}
-	return lc.lc.Fetch(ctx, req)
+	return lc.Fetch(ctx, req)
 }
 
 // rewarmed returns a load assignment that means what cla means in other

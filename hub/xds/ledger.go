@@ -59,7 +59,7 @@ func NewLedger(replica string) *Ledger {
 
 // versioned is a watch cache whose versions the ledger can place.
 type versioned struct {
-	lc    *watchCache
+	*watchCache
 	id    uint64
 	marks []mark // guarded by ledger.mu; ascending in both fields
 }
@@ -74,7 +74,7 @@ func (l *Ledger) newCache(typeURL string, initial map[string]types.Resource) *ve
 	defer l.mu.Unlock()
 	l.nextID++
 	v := &versioned{id: l.nextID, marks: []mark{{0, l.epoch}}}
-	v.lc = newWatchCache(typeURL, strconv.FormatUint(v.id, 10)+".", initial)
+	v.watchCache = newWatchCache(typeURL, strconv.FormatUint(v.id, 10)+".", initial)
 	l.caches[v.id] = v
 	return v
 }
@@ -142,7 +142,7 @@ func (l *Ledger) seal() bool {
 	for _, v := range l.caches {
 		// Writes that race (the push loop's and a stream's, see
 		// groupCache) are all done by now.
-		n := v.lc.Version()
+		n := v.Version()
 		if last := &v.marks[len(v.marks)-1]; last.n == n {
 			last.epoch = l.epoch
 			continue
@@ -213,11 +213,3 @@ func (l *Ledger) signal() {
 	default:
 	}
 }
-
-// UpdateResources writes to the cache.
-func (v *versioned) UpdateResources(up map[string]types.Resource, del []string) error {
-	return v.lc.UpdateResources(up, del)
-}
-
-// GetResources returns what the cache holds.
-func (v *versioned) GetResources() map[string]types.Resource { return v.lc.GetResources() }
