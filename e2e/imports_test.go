@@ -35,8 +35,13 @@ var contracts = map[string][]string{
 // is replicated state joined from local parts it reads through small
 // interfaces (xds.StatusTracker, trustsvc.Service): it imports no other
 // package of the hub.
+//
+// The stream layer (hub/xds/ads) serves ADS from any go-control-plane
+// cache: it imports nothing of the module, so that it can be proven
+// against go-control-plane's own stream server on the same caches.
 var within = map[string][]string{
 	module + "/hub/fleetstatus": {module + "/federation", module + "/pkg/", module + "/hub/fleetstatus/fleetpb"},
+	module + "/hub/xds/ads":     {},
 }
 
 // apart lists, for some packages, the prefixes of the module they must not

@@ -11,7 +11,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/hub/xds/ads"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
@@ -306,7 +306,7 @@ func (r *rootPool) get(pem []byte) *x509.CertPool {
 // comes this way (its context is marked).
 type authenticatedADS struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
-	inner serverv3.Server
+	inner *ads.Server
 }
 
 func (s authenticatedADS) StreamAggregatedResources(st grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) error {

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -74,6 +75,9 @@ type groupCache struct {
 
 	// debug answers Istio's debug types (istioctl); set once, by New.
 	debug *debugTypes
+	// unserved is told of each watch of a type the proxy gets nothing
+	// of; set once, by New. It must not block.
+	unserved func(typeURL string, node *corev3.Node)
 }
 
 // attachment is what one stream holds: its proxy group's load assignments
@@ -119,9 +123,7 @@ type write struct {
 // service, under the Istio configuration cfg (which adds the hostnames
 // whose configuration changed since the last plan), and returns the writes
 // it takes. It holds mu while it plans, so
-// the writes are to be made after it returns, in the order given (the
-// load assignments that follow Envoy clusters must reach their streams
-// after the clusters, see rewarmLocked): a group freed in between has its
+// the writes are to be made after it returns, in the order given: a group freed in between has its
 // (dropped) cache written to in vain, a group created in between was built
 // with the planned state already.
 func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *model.MergedService, cfg *istioconfig.Snapshot) []write {
@@ -158,7 +160,7 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	for g, ch := range p.Groups {
 		out = append(out, write{typeURL: resourcev3.EndpointType, cache: c.eds[g], Changes: ch})
 	}
-	return append(out, c.planSidecarsLocked(reshaped, p.Groups)...)
+	return append(out, c.planSidecarsLocked(reshaped)...)
 }
 
 // seal ends the config epoch of the last plan once its writes are done
@@ -261,8 +263,8 @@ func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) reshape {
 // whose route set it changes, which name their set's routes); otherwise
 // every sidecar's listeners and clusters are, from all services, and the
 // shared routes. The load assignments of the EDS clusters written anew
-// follow them.
-func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup]xdsgen.Changes) []write {
+// follow them on each stream that is sent them (ads.Rewarming).
+func (c *groupCache) planSidecarsLocked(r reshape) []write {
 	if len(c.sidecars) == 0 {
 		return nil
 	}
@@ -304,50 +306,11 @@ func (c *groupCache) planSidecarsLocked(r reshape, planned map[xdsgen.ProxyGroup
 			}
 		}
 	}
-	warm := map[xdsgen.ProxyGroup][]string{}
 	for _, p := range replans {
-		for _, w := range p.sc.replan(services, cfg, p.st, c.opts) {
-			out = append(out, w)
-			if w.typeURL == resourcev3.ClusterType {
-				warm[p.sc.group] = append(warm[p.sc.group], warmedBy(w)...)
-			}
-		}
+		out = append(out, p.sc.replan(services, cfg, p.st, c.opts)...)
 	}
-	out = append(out, c.rewarmLocked(warm, planned)...)
 	if gone != nil {
 		out = append(out, *gone)
-	}
-	return out
-}
-
-// rewarmLocked returns the writes that send again, after the cluster
-// writes before them, the load assignments of the EDS clusters that Envoy
-// sidecars were sent anew (see warmedBy): the newest of each (this push's
-// planned one, else the one the group's cache holds), in other bytes of
-// the same meaning (see rewarmed), so that every stream of the group
-// watching it is sent it. The group's proxyless members get it again too,
-// which is harmless.
-func (c *groupCache) rewarmLocked(warm map[xdsgen.ProxyGroup][]string, planned map[xdsgen.ProxyGroup]xdsgen.Changes) []write {
-	var out []write
-	for g, names := range warm {
-		lc := c.eds[g]
-		if lc == nil || len(names) == 0 {
-			continue // no stream of the group watches assignments yet
-		}
-		held := lc.GetResources()
-		up := map[string]types.Resource{}
-		for _, n := range names {
-			r, ok := planned[g].Upsert[n]
-			if !ok && !slices.Contains(planned[g].Delete, n) {
-				r, ok = held[n]
-			}
-			if cla, isCLA := r.(*endpointv3.ClusterLoadAssignment); ok && isCLA {
-				up[n] = rewarmed(cla)
-			}
-		}
-		if len(up) > 0 {
-			out = append(out, write{typeURL: resourcev3.EndpointType, cache: lc, Changes: xdsgen.Changes{Upsert: up}})
-		}
 	}
 	return out
 }
@@ -362,8 +325,12 @@ func (c *groupCache) pick(typeURL string, node *corev3.Node) (*versioned, error)
 	if lc, ok := c.shared[typeURL]; ok {
 		return lc, nil
 	}
-	return nil, fmt.Errorf("xds: type %q is not served", typeURL)
+	return nil, fmt.Errorf("%w: %q", errUnservedType, typeURL)
 }
+
+// errUnservedType is a request of a type the hub has no resources of for
+// the proxy (a ztunnel's istio.workload.Address, say).
+var errUnservedType = errors.New("xds: type not served")
 
 // pickSidecar returns the cache of typeURL for an Envoy node: the shared
 // Envoy routes, or the node's own listeners and clusters. The node's
@@ -387,7 +354,7 @@ func (c *groupCache) pickSidecar(typeURL string, node *corev3.Node) (*versioned,
 	if w, ok := sc.caches[typeURL]; ok {
 		return w.lc, nil
 	}
-	return nil, fmt.Errorf("xds: type %q is not served to Envoy sidecars", typeURL)
+	return nil, fmt.Errorf("%w to Envoy sidecars: %q", errUnservedType, typeURL)
 }
 
 // group returns the load-assignment cache of g, creating and filling it
@@ -621,10 +588,25 @@ func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 	}
 	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
-		return nil, err
+		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
 	}
 	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
 	return lc.CreateWatch(req, sub, out)
+}
+
+// unservedWatch is the watch of a request that pick refused: one that is
+// never answered when the hub serves nothing of the type to the proxy, as
+// istiod answers a type it has no generator for, so that the proxy's
+// other types keep being served on the stream; else err, which ends the
+// stream.
+func (c *groupCache) unservedWatch(typeURL string, node *corev3.Node, err error) (func(), error) {
+	if !errors.Is(err, errUnservedType) {
+		return nil, err
+	}
+	if c.unserved != nil {
+		c.unserved(typeURL, node)
+	}
+	return func() {}, nil
 }
 
 func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, out chan cachev3.DeltaResponse) (func(), error) {
@@ -633,7 +615,7 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	}
 	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
 	if err != nil {
-		return nil, err
+		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
 	}
 	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
 	return lc.CreateDeltaWatch(req, resyncOnConnect(req, sub), out)
@@ -694,15 +676,19 @@ func (c *groupCache) Fetch(ctx context.Context, req *cachev3.Request) (cachev3.R
 	return lc.Fetch(ctx, req)
 }
 
-// rewarmed returns a load assignment that means what cla means in other
-// bytes: the overprovisioning factor set to Envoy's default where it was
-// unset, or unset where it was set. Sent again unchanged, an assignment
-// would not end a cluster's warming on a Delta stream: go-control-plane
-// versions a Delta resource by a hash of it, and Envoy takes nothing
-// again in a version it has (seen with pilot-agent's Delta xDS: the
-// cluster stayed warming until the bytes differed). A SotW stream takes
-// it in either case.
-func rewarmed(cla *endpointv3.ClusterLoadAssignment) *endpointv3.ClusterLoadAssignment {
+// rewarmed returns a resource that means what r means in other bytes: for
+// a load assignment, the overprovisioning factor set to Envoy's default
+// where it was unset, or unset where it was set; any other resource as it
+// is. It is what a stream that holds a load assignment is sent when it is
+// to be sent it again (ads.Hints.Outdated): go-control-plane versions a
+// Delta resource by a hash of it, and a proxy may take nothing again in a
+// version it has (seen with pilot-agent's Delta xDS: the cluster stayed
+// warming until the bytes differed).
+func rewarmed(r types.Resource) types.Resource {
+	cla, ok := r.(*endpointv3.ClusterLoadAssignment)
+	if !ok {
+		return r
+	}
 	out := proto.Clone(cla).(*endpointv3.ClusterLoadAssignment)
 	if out.Policy == nil {
 		out.Policy = &endpointv3.ClusterLoadAssignment_Policy{}

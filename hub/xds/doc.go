@@ -1,5 +1,6 @@
 // Package xds serves the hub's registry to proxies over ADS (State of the
-// World and Delta) with go-control-plane's stream server.
+// World and Delta) with the hub's stream server (package ads), which
+// speaks go-control-plane's cache and callback interfaces.
 //
 // The layering follows go-control-plane: the pusher writes resources into a
 // cache and the stream server only reads it. The cache is a groupCache:
@@ -55,7 +56,12 @@
 // kinds get the same bytes for the same group, so they share the cache.
 // A sidecar's state is freed when its node's last stream closes
 // (meshfed_xds_envoy_sidecars counts those held). A push regenerates
-// every held sidecar's listeners and clusters from all services.
+// every held sidecar's listeners and clusters from all services. A
+// sidecar's cluster cache names, with each answer, the load assignments
+// of the EDS clusters it sends (ads.Rewarming): Envoy keeps an updated
+// EDS cluster warming until it receives the assignment after the
+// update, so the stream server sends them again on that stream, after
+// the clusters, whenever the answer goes out.
 //
 // Istio's debug types (istio.io/debug/..., see syncz.go) are answered from
 // the fleet-wide StatusSource, as istiod answers istioctl proxy-status:
@@ -73,6 +79,11 @@
 // ServiceEntries are merged with the registry's services under the
 // planner's configuration (meshServicesLocked, istioconfig.MergeEntry), so
 // every generator sees them as services.
+//
+// A request of a type the hub has nothing of for the proxy (a ztunnel's
+// workloads, say) opens a watch that is never answered, as istiod
+// answers a type it has no generator for: the stream and its other types
+// live on (meshfed_xds_unserved_requests_total counts them).
 //
 // A watch cache answers a request that accepted no version at once, so a
 // proxy that NACKs its first response would be sent it again in a tight

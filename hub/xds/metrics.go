@@ -12,6 +12,7 @@ type metrics struct {
 	nacks        *prometheus.CounterVec
 	refused      *prometheus.CounterVec
 	nackLogs     prometheus.Counter
+	unserved     *prometheus.CounterVec
 	pushDuration prometheus.Histogram
 }
 
@@ -53,6 +54,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meshfed_xds_nack_logs_suppressed_total",
 			Help: "First NACKs of a stream logged at debug level instead of info because more than the log rate (10 a second, bursts of 50) arrived.",
 		}),
+		unserved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_xds_unserved_requests_total",
+			Help: "xDS requests of a type the hub serves nothing of to the asking proxy (a ztunnel's istio.workload.Address, say), by xDS type (other for types the hub does not know): the type gets no resources and the stream lives on, as with istiod.",
+		}, []string{"type"}),
 		pushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "meshfed_xds_push_duration_seconds",
 			Help:    "Time to turn a batch of registry changes into cache updates.",
@@ -60,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.routeSets, m.pushes, m.nacks, m.refused, m.nackLogs, m.pushDuration)
+		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.routeSets, m.pushes, m.nacks, m.refused, m.nackLogs, m.unserved, m.pushDuration)
 	}
 	return m
 }

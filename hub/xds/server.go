@@ -11,7 +11,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
-	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +20,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
 
+	"github.com/meshfed/meshfed/hub/xds/ads"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
@@ -110,13 +110,16 @@ type Server struct {
 	status  *StatusTracker
 	nacks   *nackBackoff
 	nackLog *rate.Limiter // first NACKs of streams logged at info level
-	csds    *csdsServer
-	ledger  *Ledger // config epochs (ConfigLedger)
-	authn   *authenticator
+	// unservedLog bounds the info-level logs of requests of types the
+	// hub does not serve to the asking proxy.
+	unservedLog *rate.Limiter
+	csds        *csdsServer
+	ledger      *Ledger // config epochs (ConfigLedger)
+	authn       *authenticator
 	// xds is the one stream server of every port, so that stream IDs
 	// (the keys of status, NACK backoff and groups) are unique across
 	// ports. It lives until stop, called when Run ends.
-	xds   serverv3.Server
+	xds   *ads.Server
 	stop  context.CancelFunc
 	ready chan struct{}
 	addr  net.Addr
@@ -187,18 +190,16 @@ func New(opts Options) *Server {
 	s.status.useEpochs(s.ledger.epochOf)
 	s.cache = newGroupCache(opts.genOptions(), func() []*model.MergedService { return s.opts.Registry.Services() }, s.metrics, s.ledger)
 	s.cache.debug = newDebugTypes(src, opts.Replica)
+	s.unservedLog = rate.NewLimiter(refusalLogRate, refusalLogBurst)
+	s.cache.unserved = s.logUnserved
 	s.authn = newAuthenticator(opts.Authn, clk, opts.Log.WithName("authn"), opts.Metrics)
 	// The stream server's context ends streams when Run ends; New starts
-	// no goroutine, so an unrun Server holds nothing.
-	//
-	// SotW ADS streams are ordered: every type's answers come through one
-	// channel and leave in the order the caches wrote them, so a proxy
-	// gets an Envoy cluster before the load assignment a push wrote after
-	// it (see groupCache.plan). The unordered loop selects at random among
-	// the types whose answers are ready. Delta streams have the one
-	// channel already.
+	// no goroutine, so an unrun Server holds nothing. Its streams, SotW
+	// and Delta, are ordered: every type's answers leave in the order
+	// the caches gave them, and an Envoy cluster's load assignment is
+	// sent again after the cluster (ads.Rewarming).
 	ctx, stop := context.WithCancel(context.Background())
-	s.xds, s.stop = serverv3.NewServer(ctx, s.cache, s.callbacks(), sotw.WithOrderedADS()), stop
+	s.xds, s.stop = ads.NewServer(ctx, s.cache, s.callbacks()), stop
 	return s
 }
 
@@ -370,6 +371,25 @@ const (
 	nackLogRate  = 10 // a second
 	nackLogBurst = 50
 )
+
+// The rate at which requests of unserved types are logged at info level;
+// the rest at debug level.
+const (
+	refusalLogRate  = 1 // a second
+	refusalLogBurst = 10
+)
+
+// logUnserved counts, and logs at a bounded rate, a request of a type the
+// proxy gets nothing of (groupCache.unservedWatch).
+func (s *Server) logUnserved(typeURL string, node *corev3.Node) {
+	s.metrics.unserved.WithLabelValues(shortType(typeURL)).Inc()
+	log := s.opts.Log.V(1)
+	if s.unservedLog.AllowN(s.clk.Now(), 1) {
+		log = s.opts.Log
+	}
+	log.Info("proxy asked for a type this hub does not serve it: the type gets no resources",
+		"type", clip(typeURL, maxLoggedDetailBytes), "node", clip(node.GetId(), maxLoggedDetailBytes))
+}
 
 // requestChecked refuses a request whose node exceeds the limits
 // (checkNodeSize) or names a cluster the fleet does not have

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -162,6 +161,7 @@ func newSidecar(l *Ledger, node *corev3.Node, services []*model.MergedService, c
 	for _, t := range sidecarTypes {
 		s.caches[t] = newWritten(l, t, sidecarResources(t, services, cfg, s.proxy, opts))
 	}
+	s.caches[resourcev3.ClusterType].lc.rewarmsOf = rewarmsOf
 	return s
 }
 
@@ -269,24 +269,19 @@ func (a shape) sameService(b shape) bool {
 	return a.svc.Equal(b.svc) && slices.Equal(a.mtls, b.mtls) && slices.Equal(a.sans, b.sans)
 }
 
-// warmedBy returns the service names of the EDS clusters that w upserts.
-// Envoy keeps an updated EDS cluster warming, on its old version, until it
-// is sent the cluster's load assignment again, even an unchanged one (it
-// does not ask again for a name it is subscribed to), so every such
-// cluster's assignment has to follow the cluster (rewarmLocked).
-func warmedBy(w write) []string {
-	var names []string
-	for _, r := range w.Upsert {
-		c, ok := r.(*clusterv3.Cluster)
-		if !ok || c.GetType() != clusterv3.Cluster_EDS {
-			continue
-		}
-		name := c.GetEdsClusterConfig().GetServiceName()
-		if name == "" {
-			name = c.GetName()
-		}
-		names = append(names, name)
+// rewarmsOf names the load assignment that an Envoy EDS cluster warms
+// with, "" for another resource. Envoy keeps an updated EDS cluster
+// warming, on its old version, until it is sent the cluster's load
+// assignment again, even an unchanged one (it does not ask again for a
+// name it is subscribed to): the stream server sends it after the
+// cluster (ads.Rewarming).
+func rewarmsOf(r types.Resource) string {
+	c, ok := r.(*clusterv3.Cluster)
+	if !ok || c.GetType() != clusterv3.Cluster_EDS {
+		return ""
 	}
-	sort.Strings(names)
-	return names
+	if name := c.GetEdsClusterConfig().GetServiceName(); name != "" {
+		return name
+	}
+	return c.GetName()
 }

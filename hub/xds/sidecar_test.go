@@ -14,11 +14,13 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	streamv3 "github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/hub/xds/ads"
 	"github.com/meshfed/meshfed/pkg/model"
 	waitutil "github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -245,9 +247,11 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 // TestSidecarClusterChangeResendsAssignments: Envoy keeps an updated EDS
 // cluster warming until it is sent the cluster's load assignment again,
 // so when a sidecar's cluster changes (here its SAN check, as the
-// service's meshed endpoints get a service account) the plan writes,
-// after that cluster, the assignment to the sidecar's group once more,
-// even though the assignment itself did not change.
+// service's meshed endpoints get a service account) the plan writes the
+// cluster, and the answer that sends it to a stream names its assignment
+// to be sent again after it (ads.Rewarming), even though the assignment
+// itself did not change. The stream server does the sending
+// (TestRewarmAfterHeldClusterACK).
 func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	st, c, node, write := planFixture(t, xdsgen.Options{Security: true}, "10.0.0.9")
 	if _, err := c.pick(resourcev3.EndpointType, node); err != nil { // the group's assignments, as the stream asks
@@ -259,31 +263,45 @@ func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	labelled := shard("c1", "r1", "10.0.0.5")
 	labelled[echo].Endpoints[0].Labels = meshed
 	write(labelled)
-	c.plan([]model.Hostname{echo}, st.Service, nil)
+	applyPlan(t, c.plan([]model.Hostname{echo}, st.Service, nil))
+
+	// A Delta stream of the sidecar's clusters, up to date.
+	cds := c.sidecars[node.GetId()].caches[resourcev3.ClusterType].lc
+	sub := ads.Subscription{Subscription: streamv3.NewDeltaSubscription(nil, nil, nil, true)}
+	out := make(chan cachev3.DeltaResponse, 2)
+	if _, err := cds.CreateDeltaWatch(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType}, sub, out); err != nil {
+		t.Fatal(err)
+	}
+	sub.SetReturnedResources((<-out).GetNextVersionMap())
+	if _, err := cds.CreateDeltaWatch(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: "1"}, sub, out); err != nil {
+		t.Fatal(err)
+	}
 
 	withSA := shard("c1", "r1", "10.0.0.5")
 	withSA[echo].Endpoints[0].Labels = meshed
 	withSA[echo].Endpoints[0].ServiceAccount = "echo"
 	write(withSA)
 	name := xdsgen.ClusterName(echo, 8080)
-	sc := c.sidecars[node.GetId()]
-	cdsAt, edsAt := -1, -1
-	for i, w := range c.plan([]model.Hostname{echo}, st.Service, nil) {
-		if _, ok := w.Upsert[name]; !ok {
-			continue
-		}
-		switch {
-		case w.cache == sc.caches[resourcev3.ClusterType].lc:
-			cdsAt = i
-		case w.typeURL == resourcev3.EndpointType && w.cache == c.eds[sc.group]:
-			edsAt = i
-		}
-	}
-	if cdsAt < 0 {
+	applyPlan(t, c.plan([]model.Hostname{echo}, st.Service, nil))
+	var r cachev3.DeltaResponse
+	select {
+	case r = <-out:
+	default:
 		t.Fatalf("the new SAN did not rewrite the sidecar's cluster %s", name)
 	}
-	if edsAt < cdsAt {
-		t.Fatalf("assignment %s written at %d, the cluster at %d: want the assignment after the cluster", name, edsAt, cdsAt)
+	typeURL, names := r.(ads.Rewarming).Rewarms()
+	if typeURL != resourcev3.EndpointType || !slices.Contains(names, name) {
+		t.Fatalf("the answer with cluster %s rewarms %s %v, want its assignment", name, typeURL, names)
+	}
+}
+
+// applyPlan makes a plan's writes.
+func applyPlan(t *testing.T, ws []write) {
+	t.Helper()
+	for _, w := range ws {
+		if err := w.cache.UpdateResources(w.Upsert, w.Delete); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -297,7 +315,7 @@ func TestRewarmedAssignment(t *testing.T) {
 		t.Fatal(err)
 	}
 	cla := xdsgen.LoadAssignments(st.Service(echo), xdsgen.ProxyGroup{Cluster: "c1", Region: "r1"}, nil)[0]
-	once := rewarmed(cla)
+	once := rewarmed(cla).(*endpointv3.ClusterLoadAssignment)
 	if proto.Equal(once, cla) {
 		t.Fatal("rewarmed assignment has the same bytes")
 	}
@@ -307,7 +325,7 @@ func TestRewarmedAssignment(t *testing.T) {
 	if !proto.Equal(proto.Clone(once).(*endpointv3.ClusterLoadAssignment).GetEndpoints()[0], cla.GetEndpoints()[0]) {
 		t.Error("rewarming changed the endpoints")
 	}
-	if twice := rewarmed(once); twice.GetPolicy().GetOverprovisioningFactor() != nil {
+	if twice := rewarmed(once).(*endpointv3.ClusterLoadAssignment); twice.GetPolicy().GetOverprovisioningFactor() != nil {
 		t.Errorf("rewarmed twice: policy %v, want the factor unset again", twice.GetPolicy())
 	}
 }

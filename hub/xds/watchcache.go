@@ -5,18 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/meshfed/meshfed/hub/xds/ads"
 )
 
 // watchCache holds the resources of one type and answers the stream
@@ -35,8 +36,15 @@ import (
 // up to date, and it closes on its first answer, so only a change since
 // can make it differ); and the ACK of an answer given at the cache's
 // current version opens its watch without a comparison. A SotW ACK names
-// the version; a Delta one does not, so the cache remembers which
-// subscriptions it answered since its last write (answered).
+// the version; a Delta one does not, and the stream server says which
+// version it ACKs (ads.Hints.AckOf).
+//
+// The stream server's other hint, ads.Hints.Outdated, names resources a
+// stream is to be sent again although it holds them (a load assignment
+// after its Envoy cluster changed): an answer sends each, in other bytes
+// of the same meaning (twin) when the stream holds its current version.
+// A cache of Envoy clusters (rewarmsOf set) says, with each answer, whose
+// load assignments are to follow it (ads.Rewarming).
 //
 // Versions are LinearCache's: the cache's version is the prefix and a
 // counter that every write advances, a SotW resource's is the cache
@@ -48,19 +56,20 @@ type watchCache struct {
 	// those that changed (listeners and clusters, as xDS requires).
 	fullState bool
 
-	mu sync.Mutex
+	// twin, when set, returns a resource of the same meaning as its
+	// argument in other bytes (see rewarmed); set at construction.
+	twin func(types.Resource) types.Resource
+	// rewarmsOf, when set, names the load assignment that an Envoy
+	// cluster warms with ("" for none); set before the first watch.
+	rewarmsOf func(types.Resource) string
+
+	mu sync.Mutex // guards what follows, and the known versions of open Delta watches
 	// version counts the writes; written under mu, read without it by
 	// Version, so that a ledger seal takes no lock of the cache.
 	version   atomic.Uint64
 	resources map[string]*entry
 	watches   map[uint64]*cacheWatch
 	lastID    uint64
-	// answered holds the known-version maps of the Delta answers given
-	// since the last write, by identity: the stream server makes an
-	// answer's map its subscription's, and changes it in place only when
-	// the subscription changes. A proxy that ACKs such an answer with
-	// its subscription unchanged is up to date. A write empties it.
-	answered map[unsafe.Pointer]struct{}
 }
 
 // entry is one resource as the cache holds it: marshalled once, and
@@ -71,11 +80,15 @@ type entry struct {
 	version string // the cache version that wrote it: its SotW version
 	bytes   func() ([]byte, error)
 	hash    func() (string, error)
+	// twin is the entry sent to a stream that holds this one and is to
+	// be sent it again (ads.Hints.Outdated); itself when the cache has
+	// no twin function.
+	twin func() *entry
 }
 
-func newEntry(name string, res types.Resource, version string) *entry {
+func newEntry(name string, res types.Resource, version string, twin func(types.Resource) types.Resource) *entry {
 	bytes := sync.OnceValues(func() ([]byte, error) { return cachev3.MarshalResource(res) })
-	return &entry{
+	e := &entry{
 		name:    name,
 		res:     res,
 		version: version,
@@ -88,6 +101,11 @@ func newEntry(name string, res types.Resource, version string) *entry {
 			return cachev3.HashResource(b), nil
 		}),
 	}
+	e.twin = func() *entry { return e }
+	if twin != nil {
+		e.twin = sync.OnceValue(func() *entry { return newEntry(name, twin(res), version, nil) })
+	}
+	return e
 }
 
 // any is e's bytes as an answer of typeURL carries them.
@@ -119,11 +137,13 @@ func newWatchCache(typeURL, prefix string, initial map[string]types.Resource) *w
 		fullState: cachev3.ResourceRequiresFullStateInSotw(typeURL),
 		resources: make(map[string]*entry, len(initial)),
 		watches:   map[uint64]*cacheWatch{},
-		answered:  map[unsafe.Pointer]struct{}{},
+	}
+	if typeURL == resourcev3.EndpointType {
+		c.twin = rewarmed
 	}
 	v := c.versionLocked()
 	for name, res := range initial {
-		c.resources[name] = newEntry(name, res, v)
+		c.resources[name] = newEntry(name, res, v, c.twin)
 	}
 	return c
 }
@@ -150,14 +170,13 @@ func (c *watchCache) UpdateResources(up map[string]types.Resource, del []string)
 	v := c.versionLocked()
 	modified := make([]string, 0, len(up)+len(del))
 	for name, res := range up {
-		c.resources[name] = newEntry(name, res, v)
+		c.resources[name] = newEntry(name, res, v, c.twin)
 		modified = append(modified, name)
 	}
 	for _, name := range del {
 		delete(c.resources, name)
 		modified = append(modified, name)
 	}
-	clear(c.answered)
 	var errs []error
 	for id, w := range c.watches {
 		answered, err := c.answerLocked(w, modified, false)
@@ -200,7 +219,8 @@ func (c *watchCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 	// subscription only what the proxy subscribes to, so equal sizes are
 	// equal sets, and nothing was written since the versions it knows.
 	upToDate := !sub.IsWildcard() && req.GetVersionInfo() == c.versionLocked() &&
-		len(sub.ReturnedResources()) == len(sub.SubscribedResources())
+		len(sub.ReturnedResources()) == len(sub.SubscribedResources()) &&
+		len(ads.HintsOf(sub).Outdated) == 0
 	if !upToDate {
 		answered, err := c.answerLocked(w, nil, always)
 		if err != nil || answered {
@@ -221,15 +241,10 @@ func (c *watchCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	w := &cacheWatch{sub: sub, delta: out, dreq: req}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// An ACK (it names no resources) of an answer given since the last
-	// write.
-	ack := req.GetResponseNonce() != "" && req.GetErrorDetail() == nil &&
-		len(req.GetResourceNamesSubscribe()) == 0 && len(req.GetResourceNamesUnsubscribe()) == 0
-	if key := mapKey(sub.ReturnedResources()); ack && key != nil {
-		if _, ok := c.answered[key]; ok {
-			delete(c.answered, key)
-			return c.trackLocked(w), nil
-		}
+	// The plain ACK of an answer given since the last write: the stream
+	// knows what that answer left it.
+	if ack := ads.HintsOf(sub).AckOf; ack != "" && ack == c.versionLocked() {
+		return c.trackLocked(w), nil
 	}
 	answered, err := c.answerLocked(w, nil, always)
 	if err != nil || answered {
@@ -266,15 +281,15 @@ func (c *watchCache) answerLocked(w *cacheWatch, modified []string, always bool)
 	if len(changed) == 0 && len(removed) == 0 && !always {
 		return false, nil
 	}
+	rewarms := c.rewarmsLocked(changed)
 	if w.delta != nil {
-		returned := returnedAfter(w, changed, removed)
-		c.answered[mapKey(returned)] = struct{}{}
 		w.delta <- &deltaResponse{
 			req:       w.dreq,
 			version:   c.versionLocked(),
 			resources: changed,
 			removed:   removed,
-			returned:  returned,
+			returned:  returnedAfter(w, changed, removed),
+			rewarms:   rewarms,
 		}
 		return true, nil
 	}
@@ -307,8 +322,24 @@ func (c *watchCache) answerLocked(w *cacheWatch, modified []string, always bool)
 		version:   c.versionLocked(),
 		resources: send,
 		returned:  returnedAfter(w, send, removed),
+		rewarms:   rewarms,
 	}
 	return true, nil
+}
+
+// rewarmsLocked names the load assignments that the Envoy clusters among
+// changed warm with (see rewarmsOf).
+func (c *watchCache) rewarmsLocked(changed []*entry) []string {
+	if c.rewarmsOf == nil {
+		return nil
+	}
+	var names []string
+	for _, e := range changed {
+		if n := c.rewarmsOf(e.res); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // goneLocked adds to removed what w's proxy knows that was removed while
@@ -333,6 +364,7 @@ func (c *watchCache) diffLocked(w *cacheWatch, modified []string) (changed []*en
 	known := w.sub.ReturnedResources()
 	subscribed := w.sub.SubscribedResources()
 	wildcard := w.sub.IsWildcard()
+	outdated := ads.HintsOf(w.sub).Outdated
 	check := func(name string) error {
 		version, ok := known[name]
 		e, exists := c.resources[name]
@@ -350,6 +382,8 @@ func (c *watchCache) diffLocked(w *cacheWatch, modified []string) (changed []*en
 			}
 			if v != version {
 				changed = append(changed, e)
+			} else if _, again := outdated[name]; again && modified == nil {
+				changed = append(changed, e.twin())
 			}
 		}
 		return nil
@@ -389,12 +423,6 @@ func (c *watchCache) diffLocked(w *cacheWatch, modified []string) (changed []*en
 		}
 	}
 	return changed, removed, nil
-}
-
-// mapKey is m's identity (nil for a nil map); kept as a key, it keeps m
-// alive, so that no other map takes its address.
-func mapKey(m map[string]string) unsafe.Pointer {
-	return reflect.ValueOf(m).UnsafePointer()
 }
 
 // versionOf is e's version as w's protocol tracks it.
@@ -440,6 +468,7 @@ type sotwResponse struct {
 	version   string
 	resources []*entry
 	returned  map[string]string
+	rewarms   []string // see ads.Rewarming
 	built     atomic.Pointer[discoveryv3.DiscoveryResponse]
 }
 
@@ -465,6 +494,7 @@ func (r *sotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, e
 	return out, nil
 }
 
+func (r *sotwResponse) Rewarms() (string, []string)               { return resourcev3.EndpointType, r.rewarms }
 func (r *sotwResponse) GetRequest() *discoveryv3.DiscoveryRequest { return r.req }
 func (r *sotwResponse) GetVersion() (string, error)               { return r.version, nil }
 func (r *sotwResponse) GetResponseVersion() string                { return r.version }
@@ -478,6 +508,7 @@ type deltaResponse struct {
 	resources []*entry
 	removed   []string
 	returned  map[string]string
+	rewarms   []string // see ads.Rewarming
 	built     atomic.Pointer[discoveryv3.DeltaDiscoveryResponse]
 }
 
@@ -508,6 +539,7 @@ func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscovery
 	return out, nil
 }
 
+func (r *deltaResponse) Rewarms() (string, []string)                         { return resourcev3.EndpointType, r.rewarms }
 func (r *deltaResponse) GetDeltaRequest() *discoveryv3.DeltaDiscoveryRequest { return r.req }
 func (r *deltaResponse) GetSystemVersion() (string, error)                   { return r.version, nil }
 func (r *deltaResponse) GetResponseVersion() string                          { return r.version }

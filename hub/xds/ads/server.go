@@ -1,0 +1,167 @@
+package ads
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Server serves ADS, State of the World and Delta, from one cache. It
+// implements discoveryv3.AggregatedDiscoveryServiceServer; register it on
+// any number of gRPC servers. Stream IDs are unique across both protocols.
+type Server struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+
+	ctx   context.Context
+	cache cachev3.ConfigWatcher
+	cb    serverv3.Callbacks
+	ids   atomic.Int64 // the last stream ID given
+}
+
+// NewServer returns a server of cache whose streams end when ctx does. cb,
+// which may be nil, is called as go-control-plane's stream server calls
+// it: open (the closed callback runs even when open fails), each request
+// before its watch is created (an error ends the stream), each response
+// just before it is sent.
+func NewServer(ctx context.Context, cache cachev3.ConfigWatcher, cb serverv3.Callbacks) *Server {
+	return &Server{ctx: ctx, cache: cache, cb: cb}
+}
+
+// responseBuffer is the capacity of a stream's answer channel. A cache
+// answers a watch once and the stream holds one watch per type, so a
+// handful of types never fill it; a rewarm's watch can add one more per
+// type for a moment.
+const responseBuffer = 32
+
+// watch is a stream's state for one type URL, owned by the stream's
+// goroutine.
+type watch struct {
+	sub    Subscription
+	cancel func() // of the watch last created in the cache
+	// open: the cache may still answer the watch last created (no
+	// answer of it was sent, it was not cancelled).
+	open bool
+	// awaiting: an answer was sent since the last request was taken;
+	// the stream's next request of the type ACKs or NACKs it.
+	awaiting bool
+	nonce    string // of the last answer sent (SotW: since the last request)
+	version  string // of the last answer sent
+	// outdated are names to be sent again (Rewarming); hinted says the
+	// open watch was created with them, so that its answer sends them.
+	outdated map[string]struct{}
+	hinted   bool
+}
+
+// close cancels the watch last created.
+func (w *watch) close() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.open = false
+}
+
+// created records a watch just created in the cache.
+func (w *watch) created(cancel func()) {
+	w.cancel, w.open, w.awaiting = cancel, true, false
+}
+
+// hintsFor sets the hints of the watch about to be created; ackOf is the
+// request's AckOf, if it is a plain ACK.
+func (w *watch) hintsFor(ackOf string) {
+	w.hinted = len(w.outdated) > 0
+	if w.hinted {
+		ackOf = ""
+	}
+	w.sub.hints = Hints{AckOf: ackOf, Outdated: w.outdated}
+}
+
+// answered records that an answer of nonce and version went out, with
+// the stream's known versions after it.
+func (w *watch) answered(nonce, version string, known map[string]string) {
+	w.sub.SetReturnedResources(known)
+	w.nonce, w.version = nonce, version
+	w.open, w.awaiting = false, true
+	if w.hinted {
+		// The answer of a watch created with outdated names sent them.
+		w.outdated, w.hinted = nil, false
+	}
+}
+
+// outdate marks names, those the stream knows, to be sent again.
+func (w *watch) outdate(names []string) {
+	known := w.sub.ReturnedResources()
+	for _, n := range names {
+		if _, ok := known[n]; !ok {
+			continue
+		}
+		if w.outdated == nil {
+			w.outdated = map[string]struct{}{}
+		}
+		w.outdated[n] = struct{}{}
+	}
+}
+
+// rewarm marks names to be sent again after an answer that asked for it
+// (Rewarming), and reports whether the type's watch is to be opened again
+// now, with them as its hints: it was open, and closed here (a cache may
+// change an open Delta watch's known versions in place, so they are read
+// once it is closed), and no answer of it was waiting in the channel
+// (sendPending sends those). Otherwise the next request opens it.
+func (w *watch) rewarm(names []string, sendPending func() error) (bool, error) {
+	reopen := w.open
+	w.close()
+	if err := sendPending(); err != nil {
+		return false, err
+	}
+	w.outdate(names)
+	return reopen && !w.awaiting, nil
+}
+
+// pump reads a stream's requests into a channel, which is closed when the
+// stream or the server ends.
+func pump[T any](srv, stream context.Context, recv func() (*T, error)) <-chan *T {
+	ch := make(chan *T)
+	go func() {
+		defer close(ch)
+		for {
+			req, err := recv()
+			if err != nil {
+				return
+			}
+			select {
+			case ch <- req:
+			case <-stream.Done():
+				return
+			case <-srv.Done():
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// errEmptyRequest and errNoType end a stream whose request is unusable.
+var (
+	errEmptyRequest = status.Error(codes.Unavailable, "empty request")
+	errNoType       = status.Error(codes.InvalidArgument, "type URL is required for ADS")
+)
+
+// sendError is the status of a response that could not be sent.
+func sendError(err error) error {
+	if _, ok := status.FromError(err); ok && err != nil {
+		return err
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// errNoWatch is an answer of a type the stream holds no watch of.
+var errNoWatch = errors.New("ads: an answer of a type the stream does not watch")
+
+func noWatch(typeURL string) error { return fmt.Errorf("%w: %s", errNoWatch, typeURL) }

@@ -1,0 +1,218 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/pkg/model"
+	waitutil "github.com/meshfed/meshfed/pkg/testutil"
+	"github.com/meshfed/meshfed/pkg/xdsgen"
+)
+
+// TestRewarmAfterHeldClusterACK: an Envoy sidecar on a Delta stream holds
+// back its ACK of a cluster update while a second push changes the same
+// cluster again. Envoy keeps an updated EDS cluster warming until it is
+// sent the cluster's load assignment after the update, so the stream must
+// carry that assignment after the answer with the second update, which
+// leaves only once the first is ACKed. (A rewrite of the group's
+// assignments at push time reached the stream before that answer, and
+// nothing after it: the cluster warmed forever.)
+func TestRewarmAfterHeldClusterACK(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	write := func(sh map[model.Hostname]*model.ServiceShard) {
+		t.Helper()
+		if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), sh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(shard("c1", "r1", "10.0.0.5"))
+	s := runServer(t, Options{Registry: st, Security: true})
+	p := newDeltaProxy(t, s.Addr().String())
+	node := envoyNode("10.0.0.9", "client", "c1", "NONE")
+	name := xdsgen.ClusterName(echo, 8080)
+
+	p.send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType})
+	p.ack(p.next(resourcev3.ClusterType))
+	p.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{name}})
+	p.ack(p.next(resourcev3.EndpointType))
+
+	// Push 1: the endpoint's Pod is injected, so sidecars speak mTLS to
+	// it (auto mTLS). Its cluster update arrives and is not ACKed yet.
+	meshed := model.NewLabels(map[string]string{xdsgen.TLSModeLabel: xdsgen.TLSModeIstio})
+	labelled := shard("c1", "r1", "10.0.0.5")
+	labelled[echo].Endpoints[0].Labels = meshed
+	write(labelled)
+	first := p.nextWith(resourcev3.ClusterType, name)
+	// Its assignment follows it, and is ACKed: the stream watches the
+	// assignments again when the second push comes.
+	p.ack(p.nextWith(resourcev3.EndpointType, name))
+
+	// Push 2: the endpoint gets a service account, so the cluster's SAN
+	// check changes. Its answer waits for the ACK of the first.
+	withSA := shard("c1", "r1", "10.0.0.5")
+	withSA[echo].Endpoints[0].Labels = meshed
+	withSA[echo].Endpoints[0].ServiceAccount = "echo"
+	written := sidecarClusterVersion(s, node.GetId(), name)
+	write(withSA)
+	waitutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if sidecarClusterVersion(s, node.GetId(), name) == written {
+			return errors.New("the second push has not written the sidecar's cluster")
+		}
+		return nil
+	})
+
+	p.ack(first)
+	p.nextWith(resourcev3.ClusterType, name)
+	// What follows the second cluster update: its assignment.
+	for {
+		r := p.next(resourcev3.EndpointType)
+		p.ack(r)
+		if slices.ContainsFunc(r.GetResources(), func(res *discoveryv3.Resource) bool { return res.GetName() == name }) {
+			return
+		}
+	}
+}
+
+// sidecarClusterVersion is the cache version that last wrote the cluster
+// name of the Envoy node id.
+func sidecarClusterVersion(s *Server, id, name string) string {
+	s.cache.mu.Lock()
+	sc := s.cache.sidecars[id]
+	s.cache.mu.Unlock()
+	if sc == nil {
+		return ""
+	}
+	lc := sc.caches[resourcev3.ClusterType].lc
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if e := lc.resources[name]; e != nil {
+		return e.version
+	}
+	return ""
+}
+
+// deltaProxy is a raw Delta ADS client that reads its answers in order.
+type deltaProxy struct {
+	t       *testing.T
+	stream  discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	answers chan *discoveryv3.DeltaDiscoveryResponse
+}
+
+func newDeltaProxy(t *testing.T, addr string) *deltaProxy {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &deltaProxy{t: t, stream: stream, answers: make(chan *discoveryv3.DeltaDiscoveryResponse, 64)}
+	go func() {
+		defer close(p.answers)
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			p.answers <- r
+		}
+	}()
+	return p
+}
+
+func (p *deltaProxy) send(req *discoveryv3.DeltaDiscoveryRequest) {
+	p.t.Helper()
+	if err := p.stream.Send(req); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *deltaProxy) ack(r *discoveryv3.DeltaDiscoveryResponse) {
+	p.t.Helper()
+	p.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetNonce()})
+}
+
+// next returns the next answer of typeURL, ACKing those of other types
+// before it.
+func (p *deltaProxy) next(typeURL string) *discoveryv3.DeltaDiscoveryResponse {
+	p.t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case r, ok := <-p.answers:
+			if !ok {
+				p.t.Fatalf("stream ended waiting for %s", typeURL)
+			}
+			if r.GetTypeUrl() == typeURL {
+				return r
+			}
+			p.ack(r)
+		case <-timeout:
+			p.t.Fatalf("no answer of %s", typeURL)
+		}
+	}
+}
+
+// nextWith returns the next answer of typeURL that carries name, ACKing
+// those before it.
+func (p *deltaProxy) nextWith(typeURL, name string) *discoveryv3.DeltaDiscoveryResponse {
+	p.t.Helper()
+	for {
+		r := p.next(typeURL)
+		if slices.ContainsFunc(r.GetResources(), func(res *discoveryv3.Resource) bool { return res.GetName() == name }) {
+			return r
+		}
+		p.ack(r)
+	}
+}
+
+// workloadType is what a ztunnel asks for first; the hub serves it no
+// resources (yet).
+const workloadType = "type.googleapis.com/istio.workload.Address"
+
+// TestUnservedTypeKeepsTheStream: a request of a type the hub serves
+// nothing of to the proxy (a ztunnel's workloads) gets no answer and
+// ends nothing, as with istiod: the proxy's other types are served on
+// the same stream, SotW and Delta, and the request is counted.
+func TestUnservedTypeKeepsTheStream(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), shard("c1", "r1", "10.0.0.5")); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	s := runServer(t, Options{Registry: st, Metrics: reg})
+	addr := s.Addr().String()
+	name := xdsgen.ClusterName(echo, 8080)
+
+	p := newDeltaProxy(t, addr)
+	p.send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode("10.0.0.9", "client", "c1", "NONE"), TypeUrl: workloadType,
+		ResourceNamesSubscribe: []string{"*"}})
+	p.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType})
+	p.nextWith(resourcev3.ClusterType, name)
+
+	a := newADS(t, addr, "c1", "r1")
+	a.request(workloadType, "", "")
+	a.request(resourcev3.EndpointType, "", "", name)
+	if r := a.recv(); r.GetTypeUrl() != resourcev3.EndpointType {
+		t.Fatalf("SotW answer of %s, want the load assignment", r.GetTypeUrl())
+	}
+	if got := promtest.ToFloat64(s.metrics.unserved.WithLabelValues("other")); got != 2 {
+		t.Errorf("meshfed_xds_unserved_requests_total{type=other} = %v, want 2", got)
+	}
+}
