@@ -97,9 +97,9 @@ func TestFleetReplicates(t *testing.T) {
 	}
 
 	// A proxy connects to hub-0 and is sent its clusters.
-	tracker.StreamOpened(false, 1)
-	tracker.OnRequest(1, &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: nodeA}, TypeUrl: resourcev3.ClusterType})
-	tracker.OnResponse(1, &discoveryv3.DiscoveryResponse{TypeUrl: resourcev3.ClusterType, VersionInfo: "1", Nonce: "n1"})
+	stream := tracker.Open(false, 1)
+	stream.OnRequest(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: nodeA}, TypeUrl: resourcev3.ClusterType})
+	stream.OnResponse(&discoveryv3.DiscoveryResponse{TypeUrl: resourcev3.ClusterType, VersionInfo: "1", Nonce: "n1"})
 	waitChanged(t, a)
 	raw, ok := take(t, a)
 	if !ok {
@@ -159,7 +159,7 @@ func TestFleetReplicates(t *testing.T) {
 	}
 
 	// The proxy disconnects: gone everywhere.
-	tracker.StreamClosed(false, 1)
+	stream.Close()
 	waitChanged(t, a)
 	if raw, ok = take(t, a); !ok {
 		t.Fatal("no changes after the proxy left")

@@ -52,28 +52,27 @@ type Authn struct {
 // authenticated service.
 type authnStreamKey struct{}
 
-// authenticator authenticates the streams of the authenticated services
-// and holds each one's credentials from its opening to its first request,
-// where the node it speaks for is known. Safe for concurrent use.
+// authenticator authenticates the streams of the authenticated services.
+// What it keeps of a stream, its credentials from its opening to its
+// first request (where the node it speaks for is known) and the identity
+// proven then, lives in the stream's conn (streamAuth). Safe for
+// concurrent use.
 type authenticator struct {
 	authn    Authn
 	clk      clock.PassiveClock
 	log      logr.Logger
 	failures *prometheus.CounterVec
 	roots    rootPool
-
-	mu      sync.Mutex // guards pending and callers
-	pending map[streamKey]pendingStream
-	// callers holds the identity of each authenticated stream after its
-	// first request, against which a later request that names another
-	// node is held.
-	callers map[streamKey]Caller
 }
 
-// pendingStream is an authenticated stream before its first request.
-type pendingStream struct {
-	ctx  context.Context // the stream's: ends with it, carries its metadata
-	cred credential
+// streamAuth is what the authenticator keeps of one stream, in its conn.
+type streamAuth struct {
+	// required: the stream came through an authenticated service.
+	required bool
+	cred     credential // what the caller presented
+	// caller is the identity proven at the first request, against which
+	// a later request that names another node is held; nil before.
+	caller *Caller
 }
 
 // credential is what a caller presented.
@@ -86,7 +85,7 @@ type credential struct {
 
 func newAuthenticator(authn Authn, clk clock.PassiveClock, log logr.Logger, reg prometheus.Registerer) *authenticator {
 	a := &authenticator{
-		authn: authn, clk: clk, log: log, pending: map[streamKey]pendingStream{}, callers: map[streamKey]Caller{},
+		authn: authn, clk: clk, log: log,
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_xds_auth_failures_total",
 			Help: "xDS and CSDS calls refused on the authenticated port, by reason.",
@@ -104,62 +103,45 @@ func newAuthenticator(authn Authn, clk clock.PassiveClock, log logr.Logger, reg 
 // opened takes the credentials of a stream of an authenticated service;
 // other streams pass untouched. A stream without usable credentials is
 // refused at once: no node is needed to know that.
-func (a *authenticator) opened(ctx context.Context, k streamKey) error {
+func (a *authenticator) opened(ctx context.Context) (streamAuth, error) {
 	if ctx.Value(authnStreamKey{}) == nil {
-		return nil
+		return streamAuth{}, nil
 	}
 	cred, err := a.credentialOf(ctx)
 	if err != nil {
-		return a.refuse(err, cred.peer, "")
+		return streamAuth{}, a.refuse(err, cred.peer, "")
 	}
-	a.mu.Lock()
-	a.pending[k] = pendingStream{ctx: ctx, cred: cred}
-	a.mu.Unlock()
-	return nil
+	return streamAuth{required: true, cred: cred}, nil
 }
 
-// request authorizes a stream at its first request, whose node says whom
-// the caller speaks for: the token is reviewed (against the node's
-// cluster when the metadata named none) and the identity held against the
-// node. A later request that names a node (another one: the server does
-// not call again for the same) is held against the same identity, so that
-// a stream cannot speak for another workload than the one it proved.
+// request authorizes a stream's request whose node is new to it. At the
+// first, the node says whom the caller speaks for: the token is reviewed
+// with ctx, the stream's (against the node's cluster when the metadata
+// named none), and the identity held against the node. A later request
+// that names another node is held against the same identity, so that a
+// stream cannot speak for another workload than the one it proved.
 // Streams of other services pass.
-func (a *authenticator) request(k streamKey, node *corev3.Node) error {
-	a.mu.Lock()
-	p, first := a.pending[k]
-	delete(a.pending, k)
-	caller, later := a.callers[k]
-	a.mu.Unlock()
-	switch {
-	case later && node != nil:
-		if err := checkNode(caller, node); err != nil {
+func (a *authenticator) request(ctx context.Context, st *streamAuth, node *corev3.Node) error {
+	if !st.required {
+		return nil
+	}
+	if st.caller != nil {
+		if err := checkNode(*st.caller, node); err != nil {
 			return a.refuse(err, "", node.GetId())
 		}
 		return nil
-	case !first:
-		return nil
 	}
-	caller, err := a.callerOf(p.ctx, p.cred, node)
+	caller, err := a.callerOf(ctx, st.cred, node)
 	if err == nil {
 		err = checkNode(caller, node)
 	}
 	if err != nil {
-		return a.refuse(err, p.cred.peer, node.GetId())
+		return a.refuse(err, st.cred.peer, node.GetId())
 	}
-	a.mu.Lock()
-	a.callers[k] = caller
-	a.mu.Unlock()
-	a.log.V(1).Info("xDS stream authenticated", "node", node.GetId(), "caller", caller.String(), "peer", p.cred.peer)
+	st.caller = &caller
+	st.cred.token = "" // reviewed: not kept longer than needed
+	a.log.V(1).Info("xDS stream authenticated", "node", node.GetId(), "caller", caller.String(), "peer", st.cred.peer)
 	return nil
-}
-
-// closed forgets a stream.
-func (a *authenticator) closed(k streamKey) {
-	a.mu.Lock()
-	delete(a.pending, k)
-	delete(a.callers, k)
-	a.mu.Unlock()
 }
 
 // call authenticates one CSDS call: any identity of the mesh may read

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/hub/xds/ads"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -45,14 +46,15 @@ type groupCache struct {
 	// push cannot interleave.
 	services func() []*model.MergedService
 
-	// mu guards planner, eds, streams, members and the Envoy state: every
-	// planned change and every group or sidecar created or freed, so that
-	// what the planner records as written always matches the set of caches.
-	mu      sync.Mutex
-	planner *xdsgen.Planner
-	eds     map[xdsgen.ProxyGroup]*versioned // load assignments of each held group
-	streams map[streamKey]attachment         // what each open stream is attached to
-	members map[xdsgen.ProxyGroup]int        // open streams per group (never 0)
+	// mu guards planner, eds, attached, members and the Envoy state:
+	// every planned change and every group or sidecar created or freed,
+	// so that what the planner records as written always matches the set
+	// of caches.
+	mu       sync.Mutex
+	planner  *xdsgen.Planner
+	eds      map[xdsgen.ProxyGroup]*versioned // load assignments of each held group
+	attached int                              // streams attached (each conn holds its attachment)
+	members  map[xdsgen.ProxyGroup]int        // open streams per group (never 0)
 
 	// Envoy sidecars: their shared routes (named by port and route set),
 	// and per node ID their own listeners and clusters (see sidecar).
@@ -80,11 +82,13 @@ type groupCache struct {
 	unserved func(typeURL string, node *corev3.Node)
 }
 
-// attachment is what one stream holds: its proxy group's load assignments
-// and, for an Envoy sidecar, its node's state.
+// attachment is what one stream is attached to, kept in its conn: its
+// proxy group's load assignments and, for an Envoy sidecar, its node's
+// state. The zero attachment is none.
 type attachment struct {
 	group   xdsgen.ProxyGroup
 	sidecar string // node ID of an Envoy stream; "" for proxyless gRPC
+	valid   bool
 }
 
 var _ cachev3.Cache = (*groupCache)(nil)
@@ -98,7 +102,6 @@ func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, 
 		services:    services,
 		planner:     xdsgen.NewPlanner(opts),
 		eds:         map[xdsgen.ProxyGroup]*versioned{},
-		streams:     map[streamKey]attachment{},
 		members:     map[xdsgen.ProxyGroup]int{},
 		envoyRoutes: newWritten(l, resourcev3.RouteType, nil),
 		sidecars:    map[string]*sidecar{},
@@ -315,12 +318,13 @@ func (c *groupCache) planSidecarsLocked(r reshape) []write {
 	return out
 }
 
-func (c *groupCache) pick(typeURL string, node *corev3.Node) (*versioned, error) {
+// pick returns the cache of typeURL for a stream attached to at.
+func (c *groupCache) pick(typeURL string, at attachment) (*versioned, error) {
 	if typeURL == resourcev3.EndpointType {
-		return c.group(ProxyGroupOf(node)), nil
+		return c.group(at.group), nil
 	}
-	if isEnvoy(node) {
-		return c.pickSidecar(typeURL, node)
+	if at.sidecar != "" {
+		return c.pickSidecar(typeURL, at.sidecar)
 	}
 	if lc, ok := c.shared[typeURL]; ok {
 		return lc, nil
@@ -332,10 +336,10 @@ func (c *groupCache) pick(typeURL string, node *corev3.Node) (*versioned, error)
 // the proxy (a ztunnel's istio.workload.Address, say).
 var errUnservedType = errors.New("xds: type not served")
 
-// pickSidecar returns the cache of typeURL for an Envoy node: the shared
-// Envoy routes, or the node's own listeners and clusters. The node's
-// stream is attached already (see attach).
-func (c *groupCache) pickSidecar(typeURL string, node *corev3.Node) (*versioned, error) {
+// pickSidecar returns the cache of typeURL for the Envoy node id: the
+// shared Envoy routes, or the node's own listeners and clusters. The
+// node's stream is attached already (see attach).
+func (c *groupCache) pickSidecar(typeURL string, id string) (*versioned, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch typeURL {
@@ -344,9 +348,9 @@ func (c *groupCache) pickSidecar(typeURL string, node *corev3.Node) (*versioned,
 	case resourcev3.SecretType:
 		return c.secrets, nil
 	}
-	sc := c.sidecars[node.GetId()]
+	sc := c.sidecars[id]
 	if sc == nil {
-		return nil, fmt.Errorf("xds: no open stream of Envoy node %q", node.GetId())
+		return nil, fmt.Errorf("xds: no open stream of Envoy node %q", id)
 	}
 	if sc.err != nil {
 		return nil, sc.err
@@ -374,29 +378,24 @@ func (c *groupCache) group(g xdsgen.ProxyGroup) *versioned {
 	return lc
 }
 
-// attach counts stream k as a member of the group of node, moving it there
-// if its node named another group before. Call it for every request,
-// before the request's watch is created. A nil node keeps the stream's
-// group: Delta requests after the first may omit the node, and the Delta
-// stream server fills it in only after the request callback.
-func (c *groupCache) attach(k streamKey, node *corev3.Node) {
-	a := attachment{group: ProxyGroupOf(node)}
-	if isEnvoy(node) {
-		a.sidecar = node.GetId()
+// attach moves a stream attached to cur (perhaps none) to the group of
+// node, and returns its attachment, for the stream to keep. Call it for
+// every request whose node is new to the stream, before the request's
+// watch is created.
+func (c *groupCache) attach(cur attachment, node *corev3.Node, md xdsnode.Metadata) attachment {
+	a := attachmentOf(node, md)
+	if cur == a {
+		return cur
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cur, ok := c.streams[k]; ok {
-		if cur == a || node == nil {
-			return
-		}
-		c.detachLocked(k)
-	}
-	c.streams[k] = a
+	c.detachLocked(cur)
+	c.attached++
 	c.members[a.group]++
 	if a.sidecar != "" {
 		c.attachSidecarLocked(a.sidecar, node)
 	}
+	return a
 }
 
 // attachSidecarLocked counts one more stream of the Envoy node, building
@@ -451,21 +450,42 @@ func (c *groupCache) writeRoutesLocked(services []*model.MergedService) {
 	}
 }
 
-// detach forgets stream k, freeing its group when k was the group's last
-// stream. Call it when the stream closes.
-func (c *groupCache) detach(k streamKey) {
+// attachmentOf is what a stream of node, whose metadata is md, is
+// attached to.
+func attachmentOf(node *corev3.Node, md xdsnode.Metadata) attachment {
+	a := attachment{group: proxyGroupOf(node, md.ClusterID), valid: true}
+	if isEnvoy(node, md) {
+		a.sidecar = node.GetId()
+	}
+	return a
+}
+
+// attachmentOfWatch is the attachment of the stream of a watch: its
+// conn's, else (a watch from elsewhere, as tests make) its node's.
+func attachmentOfWatch(sub cachev3.Subscription, node *corev3.Node) attachment {
+	if cn, ok := ads.StreamOf(sub).(*conn); ok && cn.attached.valid {
+		return cn.attached
+	}
+	return attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata()))
+}
+
+// detach forgets a stream attached to a, freeing its group (and sidecar)
+// when it was the last stream of it. Call it when the stream closes.
+func (c *groupCache) detach(a attachment) {
+	if !a.valid {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.detachLocked(k)
+	c.detachLocked(a)
 }
 
 // detachLocked is detach with mu held.
-func (c *groupCache) detachLocked(k streamKey) {
-	a, ok := c.streams[k]
-	if !ok {
+func (c *groupCache) detachLocked(a attachment) {
+	if !a.valid {
 		return
 	}
-	delete(c.streams, k)
+	c.attached--
 	if sc := c.sidecars[a.sidecar]; sc != nil {
 		if sc.members--; sc.members == 0 {
 			delete(c.sidecars, a.sidecar)
@@ -505,7 +525,7 @@ func (c *groupCache) held() heldGroups {
 	defer c.mu.Unlock()
 	return heldGroups{
 		caches:   len(c.eds),
-		streams:  len(c.streams),
+		streams:  c.attached,
 		members:  len(c.members),
 		planned:  len(c.planner.Groups()),
 		memoized: c.planner.MemoizedGroups(),
@@ -517,7 +537,7 @@ func (c *groupCache) held() heldGroups {
 // before a watch for them is created, so the watch is answered at once.
 // Each is built under the policy of the workload at its address in the
 // cluster of node (the server asking).
-func (c *groupCache) addInbound(typeURL string, node *corev3.Node, lc *versioned, sub cachev3.Subscription) {
+func (c *groupCache) addInbound(typeURL string, cluster model.ClusterID, lc *versioned, sub cachev3.Subscription) {
 	if typeURL != resourcev3.ListenerType || sub == nil {
 		return
 	}
@@ -532,7 +552,6 @@ func (c *groupCache) addInbound(typeURL string, node *corev3.Node, lc *versioned
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cluster := xdsnode.ClusterOf(node.GetMetadata())
 	if up := c.planner.Inbound(names, cluster, c.workloadLookupLocked()); len(up) > 0 {
 		// Updating only fails for a nil resource.
 		_ = lc.UpdateResources(up, nil)
@@ -586,11 +605,12 @@ func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 	if IsDebugType(req.GetTypeUrl()) {
 		return c.debug.CreateWatch(req, sub, out)
 	}
-	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
+	at := attachmentOfWatch(sub, req.GetNode())
+	lc, err := c.pick(req.GetTypeUrl(), at)
 	if err != nil {
 		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
 	}
-	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
+	c.addInbound(req.GetTypeUrl(), at.group.Cluster, lc, sub)
 	return lc.CreateWatch(req, sub, out)
 }
 
@@ -613,11 +633,12 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	if IsDebugType(req.GetTypeUrl()) {
 		return c.debug.CreateDeltaWatch(req, sub, out)
 	}
-	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
+	at := attachmentOfWatch(sub, req.GetNode())
+	lc, err := c.pick(req.GetTypeUrl(), at)
 	if err != nil {
 		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
 	}
-	c.addInbound(req.GetTypeUrl(), req.GetNode(), lc, sub)
+	c.addInbound(req.GetTypeUrl(), at.group.Cluster, lc, sub)
 	return lc.CreateDeltaWatch(req, resyncOnConnect(req, sub), out)
 }
 
@@ -669,7 +690,7 @@ func (c *groupCache) Fetch(ctx context.Context, req *cachev3.Request) (cachev3.R
 		}
 		return lc.Fetch(ctx, req)
 	}
-	lc, err := c.pick(req.GetTypeUrl(), req.GetNode())
+	lc, err := c.pick(req.GetTypeUrl(), attachmentOf(req.GetNode(), xdsnode.MetadataOf(req.GetNode().GetMetadata())))
 	if err != nil {
 		return nil, err
 	}

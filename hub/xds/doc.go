@@ -22,8 +22,17 @@
 // resources equal to those written. Server.push only writes the plan into
 // the watch caches, after the groupCache's lock is released.
 //
-// A group's state lives as long as one of its streams: every request
-// attaches its stream to the group of its node, and when the last stream of
+// A stream is one conn (conn.go), the hub's side of the stream server's
+// stream (ads.Stream): made when it opens, freed once when it closes, and
+// holding everything kept of it: the caller's credentials and proven
+// identity, the node it was admitted with (its metadata read once), its
+// attachment to a proxy group and Envoy sidecar, its NACKs in a row and
+// its status record (TrackedStream). The caches route each watch by the
+// conn's attachment (ads.StreamOf); the group cache and the status
+// tracker keep only indexes of what conns attach to them.
+//
+// A group's state lives as long as one of its streams: a request with a
+// node new to its stream attaches the stream to the group of its node, and when the last stream of
 // a group closes, the group's watch cache, its record in the planner and
 // its memoized assignments are freed (meshfed_xds_proxy_groups counts the
 // groups held). A group that comes back is built afresh from the registry.

@@ -44,14 +44,13 @@ var ErrNodeTooLarge = errors.New("xds: node too large")
 // reasonUnknownCluster (a CLUSTER_ID the fleet does not have).
 const reasonNodeTooLarge = "node_too_large"
 
-// checkNodeSize refuses a node beyond the limits above, with a status
+// checkNodeSize refuses a node, of metadata md, beyond the limits above, with a status
 // that names the field and its size. A nil node (a request after the
 // first) passes.
-func checkNodeSize(node *corev3.Node) error {
+func checkNodeSize(node *corev3.Node, md xdsnode.Metadata) error {
 	if node == nil {
 		return nil
 	}
-	md := xdsnode.MetadataOf(node.GetMetadata())
 	loc := node.GetLocality()
 	for _, f := range []struct {
 		name  string

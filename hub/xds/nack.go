@@ -1,8 +1,6 @@
 package xds
 
 import (
-	"context"
-	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -39,55 +37,33 @@ func (b Backoff) withDefaults() Backoff {
 // accepted version and waits for a change, but a backoff costs that case
 // nothing: the response it gets back would be the same one anyway.)
 //
-// The delay is taken in go-control-plane's request callback, on the
-// stream's own goroutine, so it holds back that stream only, and ends as
-// soon as the stream does.
+// The delay is taken in the stream's request hook, on the stream's own
+// goroutine, so it holds back that stream only, and ends as soon as the
+// stream does. Each stream keeps its own NACKs in a row (nackRuns, in
+// its conn); nackBackoff is only the policy and the clock.
 type nackBackoff struct {
 	policy Backoff
 	clk    clock.WithTicker // times the waits
-
-	mu      sync.Mutex // guards streams and each nackStream's nacks
-	streams map[streamKey]*nackStream
 }
 
-// nackStream is one open stream's backoff state.
-type nackStream struct {
-	done  <-chan struct{} // the stream's context; set once, read without mu
-	nacks map[string]int  // type URL → NACKs in a row
-}
+// nackRuns is one stream's NACKs in a row, by type URL; owned by the
+// stream's goroutine.
+type nackRuns map[string]int
 
 func newNACKBackoff(p Backoff, clk clock.WithTicker) *nackBackoff {
-	return &nackBackoff{policy: p.withDefaults(), clk: clk, streams: map[streamKey]*nackStream{}}
+	return &nackBackoff{policy: p.withDefaults(), clk: clk}
 }
 
-func (b *nackBackoff) opened(ctx context.Context, k streamKey) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.streams[k] = &nackStream{done: ctx.Done(), nacks: map[string]int{}}
-}
-
-func (b *nackBackoff) closed(k streamKey) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.streams, k)
-}
-
-// delay returns how long to hold back a request of typeURL on stream k,
-// nack telling whether it carries an error, and the channel that ends the
-// wait early (the stream's end). An ACK, or a first request, waits not.
-func (b *nackBackoff) delay(k streamKey, typeURL string, nack bool) (time.Duration, <-chan struct{}) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.streams[k]
-	if s == nil {
-		return 0, nil
-	}
+// delay returns how long to hold back a request of typeURL on a stream
+// with runs, nack telling whether it carries an error, and records it.
+// An ACK, or a first request, waits not.
+func (b *nackBackoff) delay(runs nackRuns, typeURL string, nack bool) time.Duration {
 	if !nack {
-		delete(s.nacks, typeURL)
-		return 0, nil
+		delete(runs, typeURL)
+		return 0
 	}
-	n := s.nacks[typeURL]
-	s.nacks[typeURL] = n + 1
+	n := runs[typeURL]
+	runs[typeURL] = n + 1
 	d := b.policy.Initial
 	for range n {
 		if d >= b.policy.Max/2 {
@@ -96,14 +72,13 @@ func (b *nackBackoff) delay(k streamKey, typeURL string, nack bool) (time.Durati
 		}
 		d *= 2
 	}
-	return min(d, b.policy.Max), s.done
+	return min(d, b.policy.Max)
 }
 
-// wait holds back a request as delay says, on the injected clock; it
-// reports the delay taken. It takes mu only inside delay, never while it
-// waits.
-func (b *nackBackoff) wait(k streamKey, typeURL string, nack bool) time.Duration {
-	d, done := b.delay(k, typeURL, nack)
+// wait holds back a request as delay says, on the injected clock, or
+// until done (the stream's end) is closed; it reports the delay taken.
+func (b *nackBackoff) wait(done <-chan struct{}, runs nackRuns, typeURL string, nack bool) time.Duration {
+	d := b.delay(runs, typeURL, nack)
 	if d == 0 {
 		return 0
 	}

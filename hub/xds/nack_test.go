@@ -105,9 +105,8 @@ func TestNACKBackoff(t *testing.T) {
 func TestNACKBackoffOnClock(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC))
 	b := newNACKBackoff(Backoff{Initial: time.Second, Max: 3 * time.Second}, clk)
-	k := streamKey{id: 1}
+	runs := nackRuns{}
 	ctx, cancel := context.WithCancel(context.Background())
-	b.opened(ctx, k)
 	eds := resourcev3.EndpointType
 
 	waiting := func() error {
@@ -121,7 +120,7 @@ func TestNACKBackoffOnClock(t *testing.T) {
 	nack := func() <-chan time.Duration {
 		t.Helper()
 		done := make(chan time.Duration, 1)
-		go func() { done <- b.wait(k, eds, true) }()
+		go func() { done <- b.wait(ctx.Done(), runs, eds, true) }()
 		waitutil.Eventually(t, 10*time.Second, time.Millisecond, waiting)
 		return done
 	}
@@ -151,7 +150,7 @@ func TestNACKBackoffOnClock(t *testing.T) {
 	}
 
 	// An ACK ends the backoff at once; the next NACK starts over.
-	if d := b.wait(k, eds, false); d != 0 {
+	if d := b.wait(ctx.Done(), runs, eds, false); d != 0 {
 		t.Fatalf("an ACK was held back %v", d)
 	}
 	done := nack()
@@ -165,8 +164,13 @@ func TestNACKBackoffOnClock(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream's end did not end the wait")
 	}
-	b.closed(k)
-	if d := b.wait(k, eds, true); d != 0 {
-		t.Errorf("a closed stream was held back %v", d)
+	// An ended stream is not held back: its NACK's wait ends at once,
+	// with the clock standing still.
+	ended := make(chan time.Duration, 1)
+	go func() { ended <- b.wait(ctx.Done(), runs, eds, true) }()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Error("a NACK of an ended stream was held back")
 	}
 }

@@ -3,6 +3,7 @@ package xds
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
@@ -12,8 +13,13 @@ import (
 // (region, zone, sub-zone: a DestinationRule's distribute tells zones
 // apart; without one, zones share the build, see xdsgen.Cache).
 func ProxyGroupOf(node *corev3.Node) xdsgen.ProxyGroup {
+	return proxyGroupOf(node, xdsnode.ClusterOf(node.GetMetadata()))
+}
+
+// proxyGroupOf is ProxyGroupOf with the node's cluster read already.
+func proxyGroupOf(node *corev3.Node, cluster model.ClusterID) xdsgen.ProxyGroup {
 	return xdsgen.ProxyGroup{
-		Cluster: xdsnode.ClusterOf(node.GetMetadata()),
+		Cluster: cluster,
 		Region:  node.GetLocality().GetRegion(),
 		Zone:    node.GetLocality().GetZone(),
 		SubZone: node.GetLocality().GetSubZone(),

@@ -38,7 +38,7 @@ func FuzzCheckNodeSize(f *testing.F) {
 			len(xdsnode.ClusterOf(n.GetMetadata())) > maxClusterIDBytes ||
 			len(loc.GetRegion()) > maxLocalityBytes || len(loc.GetZone()) > maxLocalityBytes ||
 			len(loc.GetSubZone()) > maxLocalityBytes || proto.Size(&n) > maxNodeBytes
-		err := checkNodeSize(&n)
+		err := checkNodeSize(&n, xdsnode.MetadataOf(n.GetMetadata()))
 		if over != (err != nil) {
 			t.Fatalf("node over a limit: %v; check: %v", over, err)
 		}

@@ -11,7 +11,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
@@ -126,8 +125,6 @@ type Server struct {
 	// config is the newest Istio configuration (SetConfig); the push loop
 	// applies it.
 	config configBox
-	// admitted is the node each stream was last admitted with (admit).
-	admitted admittedNodes
 }
 
 // configBox holds the newest Istio configuration handed to the server and
@@ -199,7 +196,7 @@ func New(opts Options) *Server {
 	// the caches gave them, and an Envoy cluster's load assignment is
 	// sent again after the cluster (ads.Rewarming).
 	ctx, stop := context.WithCancel(context.Background())
-	s.xds, s.stop = ads.NewServer(ctx, s.cache, s.callbacks()), stop
+	s.xds, s.stop = ads.NewServer(ctx, s.cache, s), stop
 	return s
 }
 
@@ -334,38 +331,6 @@ func shortType(typeURL string) string {
 	return "other"
 }
 
-// onRequest counts and logs a NACK, and holds back the stream's answer to
-// it (nackBackoff). Only the first NACK in a row is logged at the default
-// level: a proxy stuck on a bad config would otherwise flood the log.
-func (s *Server) onRequest(k streamKey, node, typeURL, nackMsg string, nack bool) {
-	if nack {
-		s.metrics.nacks.WithLabelValues(shortType(typeURL)).Inc()
-	}
-	d := s.nacks.wait(k, typeURL, nack)
-	if nack {
-		s.logNACK(node, typeURL, nackMsg, d)
-	}
-}
-
-// logNACK logs a NACK that was held back for d, cut short (clip). The
-// first of a row (d is the initial delay) is logged at info level unless
-// more than nackLogRate a second arrive; the rest, and the ones after the
-// first of a row, at debug level.
-func (s *Server) logNACK(node, typeURL, nackMsg string, d time.Duration) {
-	node, nackMsg = clip(node, maxLoggedDetailBytes), clip(nackMsg, maxLoggedDetailBytes)
-	switch {
-	case d == s.nacks.policy.Initial && s.nackLog.AllowN(s.clk.Now(), 1):
-		s.opts.Log.Info("proxy rejected config", "node", node, "type", typeURL, "error", nackMsg)
-	case d == s.nacks.policy.Initial:
-		// Many streams NACKing at once (a bad config, or a client
-		// opening streams to fill the log): the rest at debug level.
-		s.metrics.nackLogs.Inc()
-		s.opts.Log.V(1).Info("proxy rejected config", "node", node, "type", typeURL, "error", nackMsg)
-	default:
-		s.opts.Log.V(1).Info("proxy rejected config again", "node", node, "type", typeURL, "error", nackMsg, "heldBack", d)
-	}
-}
-
 // The rate at which first NACKs of streams are logged at info level.
 const (
 	nackLogRate  = 10 // a second
@@ -391,14 +356,14 @@ func (s *Server) logUnserved(typeURL string, node *corev3.Node) {
 		"type", clip(typeURL, maxLoggedDetailBytes), "node", clip(node.GetId(), maxLoggedDetailBytes))
 }
 
-// requestChecked refuses a request whose node exceeds the limits
-// (checkNodeSize) or names a cluster the fleet does not have
+// requestChecked refuses a request whose node (of metadata md) exceeds
+// the limits (checkNodeSize) or names a cluster the fleet does not have
 // (Options.KnownCluster), counting it.
-func (s *Server) requestChecked(node *corev3.Node) error {
+func (s *Server) requestChecked(node *corev3.Node, md xdsnode.Metadata) error {
 	reason := reasonNodeTooLarge
-	err := checkNodeSize(node)
+	err := checkNodeSize(node, md)
 	if err == nil {
-		reason, err = reasonUnknownCluster, s.checkCluster(node)
+		reason, err = reasonUnknownCluster, s.checkCluster(md.ClusterID)
 	}
 	if err != nil {
 		s.metrics.refused.WithLabelValues(reason).Inc()
@@ -407,13 +372,12 @@ func (s *Server) requestChecked(node *corev3.Node) error {
 	return err
 }
 
-// checkCluster refuses a node whose CLUSTER_ID names no cluster of the
-// fleet (see Options.KnownCluster).
-func (s *Server) checkCluster(node *corev3.Node) error {
-	if node == nil || s.opts.KnownCluster == nil {
+// checkCluster refuses a node whose CLUSTER_ID, id, names no cluster of
+// the fleet (see Options.KnownCluster).
+func (s *Server) checkCluster(id model.ClusterID) error {
+	if s.opts.KnownCluster == nil {
 		return nil
 	}
-	id := xdsnode.ClusterOf(node.GetMetadata())
 	if id == "" {
 		return nil
 	}
@@ -422,119 +386,4 @@ func (s *Server) checkCluster(node *corev3.Node) error {
 			"xds: %s %q names no cluster of this fleet (no remote secret names it): set the proxy's cluster ID to the cluster it runs in", xdsnode.MetadataClusterID, id))
 	}
 	return nil
-}
-
-// admit checks the node of a stream's request (its size, its cluster,
-// that the stream's caller may speak for it) and attaches the stream to
-// the node's group. A later request without a node, or with the node the
-// stream was last admitted with, passes at once: the stream server hands
-// every later request of a SotW stream the node of its first (the same
-// pointer), and Delta requests after the first carry none, so that an ACK
-// costs no metadata parsing.
-func (s *Server) admit(k streamKey, node *corev3.Node) error {
-	if prev, ok := s.admitted.get(k); ok && (node == nil || node == prev) {
-		return nil
-	}
-	if err := s.requestChecked(node); err != nil {
-		return err
-	}
-	if err := s.authn.request(k, node); err != nil {
-		return err
-	}
-	s.cache.attach(k, node)
-	s.admitted.set(k, node)
-	return nil
-}
-
-// admittedNodes holds the node each open stream was last admitted with.
-type admittedNodes struct {
-	mu sync.Mutex
-	m  map[streamKey]*corev3.Node
-}
-
-func (a *admittedNodes) get(k streamKey) (*corev3.Node, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	node, ok := a.m[k]
-	return node, ok
-}
-
-func (a *admittedNodes) set(k streamKey, node *corev3.Node) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.m == nil {
-		a.m = map[streamKey]*corev3.Node{}
-	}
-	a.m[k] = node
-}
-
-func (a *admittedNodes) forget(k streamKey) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.m, k)
-}
-
-// streamOpened counts a new ADS stream and starts its bookkeeping. The
-// stream server calls the closed callback even when the open one fails,
-// so the bookkeeping comes first and authentication (which refuses
-// streams without credentials) last.
-func (s *Server) streamOpened(ctx context.Context, k streamKey) error {
-	s.metrics.proxies.Inc()
-	s.status.StreamOpened(k.delta, k.id)
-	s.nacks.opened(ctx, k)
-	return s.authn.opened(ctx, k)
-}
-
-// streamClosed forgets everything held for an ended stream.
-func (s *Server) streamClosed(k streamKey) {
-	s.metrics.proxies.Dec()
-	s.status.StreamClosed(k.delta, k.id)
-	s.nacks.closed(k)
-	s.cache.detach(k)
-	s.authn.closed(k)
-	s.admitted.forget(k)
-}
-
-func (s *Server) callbacks() serverv3.Callbacks {
-	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
-			return s.streamOpened(ctx, streamKey{false, id})
-		},
-		StreamClosedFunc: func(id int64, _ *corev3.Node) {
-			s.streamClosed(streamKey{false, id})
-		},
-		DeltaStreamOpenFunc: func(ctx context.Context, id int64, _ string) error {
-			return s.streamOpened(ctx, streamKey{true, id})
-		},
-		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
-			s.streamClosed(streamKey{true, id})
-		},
-		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
-			s.status.OnResponse(id, resp)
-		},
-		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
-			s.status.OnDeltaResponse(id, resp)
-		},
-		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			// The stream server calls this before it creates the
-			// request's watch (the group's cache); a stream refused here
-			// gets nothing.
-			k := streamKey{false, id}
-			if err := s.admit(k, req.GetNode()); err != nil {
-				return err
-			}
-			s.status.OnRequest(id, req)
-			s.onRequest(k, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
-			return nil
-		},
-		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			k := streamKey{true, id}
-			if err := s.admit(k, req.GetNode()); err != nil {
-				return err
-			}
-			s.status.OnDeltaRequest(id, req)
-			s.onRequest(k, req.GetNode().GetId(), req.GetTypeUrl(), req.GetErrorDetail().GetMessage(), req.GetErrorDetail() != nil)
-			return nil
-		},
-	}
 }

@@ -25,9 +25,8 @@ const envoyUserAgent = "envoy"
 // plane, run by pilot-agent) rather than a proxyless gRPC client. Envoy
 // names itself in user_agent_name; proxyless clients bootstrapped by
 // Istio's agent also say GENERATOR=grpc, which wins.
-func isEnvoy(node *corev3.Node) bool {
-	return node.GetUserAgentName() == envoyUserAgent &&
-		xdsnode.MetadataOf(node.GetMetadata()).Generator != xdsnode.GeneratorGRPC
+func isEnvoy(node *corev3.Node, md xdsnode.Metadata) bool {
+	return node.GetUserAgentName() == envoyUserAgent && md.Generator != xdsnode.GeneratorGRPC
 }
 
 // sidecarOf reads from an Envoy node what the generator needs: the pod's

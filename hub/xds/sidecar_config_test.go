@@ -183,7 +183,7 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	nodeB := envoyNode("10.0.0.77", "pod-b", "c1", "NONE")
 	nodeB.Metadata.Fields[xdsnode.MetadataLabels] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 		"app": structpb.NewStringValue("client")}})
-	c.attach(streamKey{false, 2}, nodeB)
+	atB := c.attach(attachment{}, nodeB, xdsnode.MetadataOf(nodeB.GetMetadata()))
 	b := c.sidecars[nodeB.GetId()]
 	if b.proxy.Routes != nsClass {
 		t.Errorf("node of namespace demo of class %v, want %v", b.proxy.Routes, nsClass)
@@ -224,7 +224,7 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 		t.Errorf("default routes %v hold the match on clients", vh.GetRoutes())
 	}
 
-	c.detach(streamKey{false, 2})
+	c.detach(atB)
 	if got := routes(); !slices.Equal(got, []string{"8080"}) || len(c.routeSets) != 0 {
 		t.Errorf("with the class's last sidecar gone, routes %v and route sets %v remain", got, c.routeSets)
 	}

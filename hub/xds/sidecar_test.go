@@ -193,7 +193,7 @@ func planFixture(t *testing.T, opts xdsgen.Options, ip string) (*store.Store, *g
 	write(shard("c1", "r1", "10.0.0.5"))
 	c := newGroupCache(opts, st.Services, newMetrics(nil), NewLedger("test"))
 	node := envoyNode(ip, "pod-"+ip, "c1", "NONE")
-	c.attach(streamKey{false, 1}, node)
+	c.attach(attachment{}, node, xdsnode.MetadataOf(node.GetMetadata()))
 	return st, c, node, write
 }
 
@@ -254,7 +254,7 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 // (TestRewarmAfterHeldClusterACK).
 func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	st, c, node, write := planFixture(t, xdsgen.Options{Security: true}, "10.0.0.9")
-	if _, err := c.pick(resourcev3.EndpointType, node); err != nil { // the group's assignments, as the stream asks
+	if _, err := c.pick(resourcev3.EndpointType, attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata()))); err != nil { // the group's assignments, as the stream asks
 		t.Fatal(err)
 	}
 	// The endpoint's Pod was injected (tlsMode=istio), so sidecars speak

@@ -8,19 +8,15 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"k8s.io/utils/clock"
 
+	"github.com/meshfed/meshfed/hub/xds/ads"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/version"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
-
-// MetadataIstioVersion is the node metadata key of an Istio proxy's
-// version, shown in the VERSION column when set.
-const MetadataIstioVersion = "ISTIO_VERSION"
 
 // recentResponses is how many responses per stream and type the tracker
 // remembers by nonce, so that the ACK or NACK of a response that was
@@ -28,14 +24,14 @@ const MetadataIstioVersion = "ISTIO_VERSION"
 const recentResponses = 4
 
 // StatusTracker follows, for every xDS stream of this replica, what each
-// proxy was sent and what it ACKed or NACKed, per type. It is fed by the
-// go-control-plane stream server's callbacks.
-//
-// Its methods may be called concurrently from any number of stream
-// goroutines; each takes one mutex for a few map operations and never
-// blocks otherwise. Records are keyed by node ID: when a proxy has two
-// streams open (a reconnect that overtook the old stream's close), the
-// newer stream's record stands for it.
+// proxy was sent and what it ACKed or NACKed, per type. Each stream has
+// its record (a TrackedStream, held by the stream's conn), fed by the
+// stream's goroutine under the record's own lock; the tracker only
+// indexes the records by node ID and notes which changed, under its lock,
+// which a stream takes only after releasing its record's. Records are
+// keyed by node ID: when a proxy has two streams open (a reconnect that
+// overtook the old stream's close), the newer stream's record stands for
+// it.
 type StatusTracker struct {
 	replica     string
 	hubVersion  string // this replica's build, in every record
@@ -43,29 +39,28 @@ type StatusTracker struct {
 	convergence *prometheus.HistogramVec
 	changes     chan struct{}
 
-	mu      sync.Mutex                            // guards streams, byNode and dirty
-	streams map[streamKey]*proxyStream            // every open stream
-	byNode  map[string]map[streamKey]*proxyStream // streams whose node is known, by node ID
-	dirty   map[string]struct{}                   // node IDs changed since TakeChanges
+	mu     sync.Mutex                             // guards byNode and dirty; taken before a record's lock, never after
+	byNode map[string]map[*TrackedStream]struct{} // streams whose node is known, by node ID
+	dirty  map[string]struct{}                    // node IDs changed since TakeChanges
 	// epochOf returns the config epoch a version holds (ledger.epochOf);
 	// nil leaves records without epochs. Set before the first stream.
 	epochOf func(version string) uint64
 }
 
-// streamKey identifies a stream: SotW and Delta streams are numbered
-// independently by go-control-plane.
-type streamKey struct {
-	delta bool
-	id    int64
-}
+// TrackedStream is the status record of one stream: made by Open when the
+// stream opens, fed by the stream's goroutine (OnRequest, OnResponse, ...)
+// and freed by Close.
+type TrackedStream struct {
+	t         *StatusTracker
+	key       streamKey // set at Open, never written again
+	connected time.Time // set at Open, never written again
 
-// proxyStream is one stream's state; guarded by StatusTracker.mu.
-type proxyStream struct {
-	key                          streamKey
+	mu                           sync.Mutex // guards what follows
 	node, name, cluster, version string
 	namespace, locality          string
-	connected, lastChange        time.Time
+	lastChange                   time.Time
 	types                        map[string]*typeState // by type URL
+	closed                       bool
 }
 
 // typeState is one type's state on a stream.
@@ -113,8 +108,7 @@ func NewStatusTracker(replica string, clk clock.PassiveClock, reg prometheus.Reg
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"type"}),
 		changes: make(chan struct{}, 1),
-		streams: map[streamKey]*proxyStream{},
-		byNode:  map[string]map[streamKey]*proxyStream{},
+		byNode:  map[string]map[*TrackedStream]struct{}{},
 		dirty:   map[string]struct{}{},
 	}
 	if reg != nil {
@@ -123,36 +117,31 @@ func NewStatusTracker(replica string, clk clock.PassiveClock, reg prometheus.Reg
 	return t
 }
 
-// Callbacks returns go-control-plane callbacks that feed t alone; the
-// hub's server calls t's methods from its own callbacks instead.
-func (t *StatusTracker) Callbacks() serverv3.Callbacks {
-	return serverv3.CallbackFuncs{
-		StreamOpenFunc: func(_ context.Context, id int64, _ string) error {
-			t.StreamOpened(false, id)
-			return nil
-		},
-		StreamClosedFunc: func(id int64, _ *corev3.Node) { t.StreamClosed(false, id) },
-		DeltaStreamOpenFunc: func(_ context.Context, id int64, _ string) error {
-			t.StreamOpened(true, id)
-			return nil
-		},
-		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) { t.StreamClosed(true, id) },
-		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
-			t.OnRequest(id, req)
-			return nil
-		},
-		StreamResponseFunc: func(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
-			t.OnResponse(id, resp)
-		},
-		StreamDeltaRequestFunc: func(id int64, req *discoveryv3.DeltaDiscoveryRequest) error {
-			t.OnDeltaRequest(id, req)
-			return nil
-		},
-		StreamDeltaResponseFunc: func(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
-			t.OnDeltaResponse(id, resp)
-		},
-	}
+// Handler returns a stream handler (ads.Handler) that feeds t alone, for
+// a stream server of its own; the hub's server feeds t from its conns.
+func (t *StatusTracker) Handler() ads.Handler { return trackerHandler{t} }
+
+// trackerHandler opens a TrackedStream per stream.
+type trackerHandler struct{ t *StatusTracker }
+
+func (h trackerHandler) Open(_ context.Context, id int64, delta bool) (ads.Stream, error) {
+	return trackerStream{h.t.Open(delta, id)}, nil
 }
+
+// trackerStream feeds one stream's record.
+type trackerStream struct{ *TrackedStream }
+
+func (s trackerStream) OnRequest(req *discoveryv3.DiscoveryRequest) error {
+	s.TrackedStream.OnRequest(req)
+	return nil
+}
+
+func (s trackerStream) OnDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
+	s.TrackedStream.OnDeltaRequest(req)
+	return nil
+}
+
+func (s trackerStream) Closed() { s.Close() }
 
 // useEpochs makes records carry the config epochs of their versions, by
 // epochOf (the server's ledger). Call it before the first stream.
@@ -172,78 +161,75 @@ func (t *StatusTracker) touchAll() {
 	}
 }
 
-// StreamOpened records a new SotW (delta false) or Delta stream. Its proxy
-// shows in Records once its first request names the node.
-func (t *StatusTracker) StreamOpened(delta bool, id int64) {
-	k := streamKey{delta, id}
+// Open returns the record of a new SotW (delta false) or Delta stream.
+// Its proxy shows in Records once its first request names the node.
+func (t *StatusTracker) Open(delta bool, id int64) *TrackedStream {
 	now := t.clk.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.streams[k]; !ok {
-		t.streams[k] = &proxyStream{key: k, connected: now, lastChange: now, types: map[string]*typeState{}}
-	}
+	return &TrackedStream{t: t, key: streamKey{delta, id}, connected: now, lastChange: now, types: map[string]*typeState{}}
 }
 
-// StreamClosed forgets a stream.
-func (t *StatusTracker) StreamClosed(delta bool, id int64) {
-	k := streamKey{delta, id}
+// Close forgets the stream; closing it again does nothing.
+func (s *TrackedStream) Close() {
+	s.mu.Lock()
+	node, closed := s.node, s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if closed || node == "" {
+		return
+	}
+	t := s.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s, ok := t.streams[k]
-	if !ok {
-		return
-	}
-	delete(t.streams, k)
-	if s.node == "" {
-		return
-	}
-	if m := t.byNode[s.node]; m != nil {
-		delete(m, k)
+	if m := t.byNode[node]; m != nil {
+		delete(m, s)
 		if len(m) == 0 {
-			delete(t.byNode, s.node)
+			delete(t.byNode, node)
 		}
 	}
-	t.markLocked(s.node)
+	t.markLocked(node)
 }
 
 // OnRequest records a SotW request: the node on the stream's first one,
 // and the ACK or NACK of a response it carries.
-func (t *StatusTracker) OnRequest(id int64, req *discoveryv3.DiscoveryRequest) {
-	t.request(streamKey{false, id}, req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), req.GetErrorDetail())
+func (s *TrackedStream) OnRequest(req *discoveryv3.DiscoveryRequest) {
+	s.request(req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), req.GetErrorDetail())
 }
 
 // OnDeltaRequest records a Delta request.
-func (t *StatusTracker) OnDeltaRequest(id int64, req *discoveryv3.DeltaDiscoveryRequest) {
+func (s *TrackedStream) OnDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) {
 	// A Delta request carries no version; the ACKed one is looked up by
 	// nonce.
-	t.request(streamKey{true, id}, req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail())
+	s.request(req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail())
 }
 
 // OnResponse records a SotW response about to be sent.
-func (t *StatusTracker) OnResponse(id int64, resp *discoveryv3.DiscoveryResponse) {
-	t.response(streamKey{false, id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
+func (s *TrackedStream) OnResponse(resp *discoveryv3.DiscoveryResponse) {
+	s.response(resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
 }
 
 // OnDeltaResponse records a Delta response about to be sent. Its version is
 // the cache's system version.
-func (t *StatusTracker) OnDeltaResponse(id int64, resp *discoveryv3.DeltaDiscoveryResponse) {
-	t.response(streamKey{true, id}, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
+func (s *TrackedStream) OnDeltaResponse(resp *discoveryv3.DeltaDiscoveryResponse) {
+	s.response(resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
 }
 
-func (t *StatusTracker) request(k streamKey, node *corev3.Node, typeURL, version, nonce string, nack *status.Status) {
+func (s *TrackedStream) request(node *corev3.Node, typeURL, version, nonce string, nack *status.Status) {
 	// Istio's debug types are asked for by tools (istioctl), not proxies:
 	// a stream that asks only for them is never listed as a proxy.
 	if typeURL == "" || IsDebugType(typeURL) {
 		return
 	}
-	now := t.clk.Now()
+	now := s.t.clk.Now()
 	var converged time.Duration = -1
-	t.mu.Lock()
-	s := t.streamLocked(k, now)
-	changed := false
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	changed, bound := false, false
 	if s.node == "" && node.GetId() != "" {
-		t.bindLocked(s, node)
-		changed = true
+		s.bindLocked(node)
+		changed, bound = true, true
 	}
 	ts := s.types[typeURL]
 	if ts == nil {
@@ -284,22 +270,23 @@ func (t *StatusTracker) request(k streamKey, node *corev3.Node, typeURL, version
 	}
 	if changed {
 		s.lastChange = now
-		t.markLocked(s.node)
 	}
-	t.mu.Unlock()
+	id := s.node
+	s.mu.Unlock()
+	if changed {
+		s.t.changed(s, id, bound)
+	}
 	if converged >= 0 {
-		t.convergence.WithLabelValues(shortType(typeURL)).Observe(converged.Seconds())
+		s.t.convergence.WithLabelValues(shortType(typeURL)).Observe(converged.Seconds())
 	}
 }
 
-func (t *StatusTracker) response(k streamKey, typeURL, version, nonce string) {
+func (s *TrackedStream) response(typeURL, version, nonce string) {
 	if IsDebugType(typeURL) {
 		return
 	}
-	now := t.clk.Now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := t.streamLocked(k, now)
+	now := s.t.clk.Now()
+	s.mu.Lock()
 	ts := s.types[typeURL]
 	if ts == nil {
 		ts = &typeState{TypeStatus: proxystatus.TypeStatus{TypeURL: typeURL}}
@@ -307,38 +294,43 @@ func (t *StatusTracker) response(k streamKey, typeURL, version, nonce string) {
 	}
 	ts.sent(nonce, version, now)
 	s.lastChange = now
-	t.markLocked(s.node)
+	id := s.node
+	s.mu.Unlock()
+	s.t.changed(s, id, false)
 }
 
-// streamLocked returns the stream of k, creating it if its open was not
-// seen (a tracker attached to a running server).
-func (t *StatusTracker) streamLocked(k streamKey, now time.Time) *proxyStream {
-	s := t.streams[k]
-	if s == nil {
-		s = &proxyStream{key: k, connected: now, lastChange: now, types: map[string]*typeState{}}
-		t.streams[k] = s
+// changed marks the record of node id changed, indexing s under it first
+// when it was just bound to it.
+func (t *StatusTracker) changed(s *TrackedStream, id string, bound bool) {
+	if id == "" {
+		return
 	}
-	return s
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if bound {
+		m := t.byNode[id]
+		if m == nil {
+			m = map[*TrackedStream]struct{}{}
+			t.byNode[id] = m
+		}
+		m[s] = struct{}{}
+	}
+	t.markLocked(id)
 }
 
-func (t *StatusTracker) bindLocked(s *proxyStream, node *corev3.Node) {
+// bindLocked records the node the stream speaks for.
+func (s *TrackedStream) bindLocked(node *corev3.Node) {
 	s.node = node.GetId()
 	s.name = xdsnode.NameOf(s.node)
 	s.cluster = node.GetMetadata().GetFields()[xdsnode.MetadataClusterID].GetStringValue()
 	s.version = proxyVersion(node)
 	s.namespace = node.GetMetadata().GetFields()[xdsnode.MetadataNamespace].GetStringValue()
 	s.locality = localityString(node.GetLocality())
-	m := t.byNode[s.node]
-	if m == nil {
-		m = map[streamKey]*proxyStream{}
-		t.byNode[s.node] = m
-	}
-	m[s.key] = s
 }
 
 // proxyVersion is ISTIO_VERSION metadata, else the user agent's version.
 func proxyVersion(node *corev3.Node) string {
-	if v := node.GetMetadata().GetFields()[MetadataIstioVersion].GetStringValue(); v != "" {
+	if v := node.GetMetadata().GetFields()[xdsnode.MetadataIstioVersion].GetStringValue(); v != "" {
 		return v
 	}
 	if v := node.GetUserAgentVersion(); v != "" {
@@ -407,9 +399,9 @@ func (t *StatusTracker) Records() []proxystatus.Record {
 func (t *StatusTracker) All() []proxystatus.Record { return t.Records() }
 
 // newestLocked returns node's most recently opened stream, nil if none.
-func (t *StatusTracker) newestLocked(node string) *proxyStream {
-	var best *proxyStream
-	for _, s := range t.byNode[node] {
+func (t *StatusTracker) newestLocked(node string) *TrackedStream {
+	var best *TrackedStream
+	for s := range t.byNode[node] {
 		if best == nil || s.connected.After(best.connected) ||
 			(s.connected.Equal(best.connected) && s.key.id > best.key.id) {
 			best = s
@@ -418,7 +410,10 @@ func (t *StatusTracker) newestLocked(node string) *proxyStream {
 	return best
 }
 
-func (t *StatusTracker) recordLocked(s *proxyStream) proxystatus.Record {
+// recordLocked returns s's record; t.mu is held, s.mu is taken.
+func (t *StatusTracker) recordLocked(s *TrackedStream) proxystatus.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	r := proxystatus.Record{
 		Proxy: s.node, Name: s.name, Cluster: s.cluster, Replica: t.replica, HubVersion: t.hubVersion,
 		Connected: s.connected, LastChange: s.lastChange, Version: s.version,

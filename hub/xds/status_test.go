@@ -37,31 +37,41 @@ func testNode(id, cluster string) *corev3.Node {
 // trackerScript drives a StatusTracker the way go-control-plane's stream
 // server does, with a fake clock.
 type trackerScript struct {
-	t   *testing.T
-	tr  *StatusTracker
-	clk *clocktesting.FakePassiveClock
-	reg *prometheus.Registry
+	t       *testing.T
+	tr      *StatusTracker
+	clk     *clocktesting.FakePassiveClock
+	reg     *prometheus.Registry
+	streams map[streamKey]*TrackedStream // as the streams' conns hold them
 }
 
 func newTrackerScript(t *testing.T) *trackerScript {
 	clk := clocktesting.NewFakePassiveClock(statusT0)
 	reg := prometheus.NewRegistry()
-	return &trackerScript{t: t, tr: NewStatusTracker("hub-0", clk, reg), clk: clk, reg: reg}
+	return &trackerScript{t: t, tr: NewStatusTracker("hub-0", clk, reg), clk: clk, reg: reg, streams: map[streamKey]*TrackedStream{}}
+}
+
+// stream returns the record of a stream, opening it at its first use.
+func (s *trackerScript) stream(delta bool, id int64) *TrackedStream {
+	k := streamKey{delta, id}
+	if s.streams[k] == nil {
+		s.streams[k] = s.tr.Open(delta, id)
+	}
+	return s.streams[k]
 }
 
 func (s *trackerScript) step(d time.Duration) { s.clk.SetTime(s.clk.Now().Add(d)) }
 
 func (s *trackerScript) req(id int64, node *corev3.Node, typeURL, version, nonce string) {
-	s.tr.OnRequest(id, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce})
+	s.stream(false, id).OnRequest(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce})
 }
 
 func (s *trackerScript) nack(id int64, typeURL, version, nonce, msg string) {
-	s.tr.OnRequest(id, &discoveryv3.DiscoveryRequest{TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce,
+	s.stream(false, id).OnRequest(&discoveryv3.DiscoveryRequest{TypeUrl: typeURL, VersionInfo: version, ResponseNonce: nonce,
 		ErrorDetail: &status.Status{Code: 3, Message: msg}})
 }
 
 func (s *trackerScript) resp(id int64, typeURL, version, nonce string) {
-	s.tr.OnResponse(id, &discoveryv3.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Nonce: nonce})
+	s.stream(false, id).OnResponse(&discoveryv3.DiscoveryResponse{TypeUrl: typeURL, VersionInfo: version, Nonce: nonce})
 }
 
 func (s *trackerScript) only() proxystatus.Record {
@@ -111,7 +121,7 @@ const clientID = "sidecar~10.0.0.1~client.demo~demo.svc.cluster.local"
 func TestTrackerSotWLifecycle(t *testing.T) {
 	s := newTrackerScript(t)
 	cds := resourcev3.ClusterType
-	s.tr.StreamOpened(false, 1)
+	s.stream(false, 1)
 	if len(s.tr.Records()) != 0 {
 		t.Fatal("a stream without a node has a record")
 	}
@@ -174,11 +184,11 @@ func TestTrackerSotWLifecycle(t *testing.T) {
 		t.Fatal("empty NACK message lost the error")
 	}
 
-	s.tr.StreamClosed(false, 1)
+	s.stream(false, 1).Close()
 	if len(s.tr.Records()) != 0 {
 		t.Fatal("closed stream kept")
 	}
-	s.tr.StreamClosed(false, 1) // twice: harmless
+	s.stream(false, 1).Close() // twice: harmless
 }
 
 // TestTrackerOvertakenResponse: the ACK of a response a newer one overtook
@@ -189,7 +199,7 @@ func TestTrackerOvertakenResponse(t *testing.T) {
 	s.req(7, testNode(clientID, "c1"), eds, "", "")
 	s.resp(7, eds, "v1", "1")
 	s.resp(7, eds, "v2", "2")
-	s.tr.OnDeltaRequest(7, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: eds}) // another stream: ignored here
+	s.stream(true, 7).OnDeltaRequest(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: eds}) // another stream: ignored here
 	s.nack(7, eds, "", "1", "old one was bad")
 	ts := s.wantStatus("eds", proxystatus.StatusError)
 	if ts.NackVersion != "v1" {
@@ -204,15 +214,15 @@ func TestTrackerOvertakenResponse(t *testing.T) {
 func TestTrackerDelta(t *testing.T) {
 	s := newTrackerScript(t)
 	eds := resourcev3.EndpointType
-	s.tr.StreamOpened(true, 1)
-	s.tr.StreamOpened(false, 1)
+	s.stream(true, 1)
+	s.stream(false, 1)
 	other := "sidecar~10.0.0.2~other.demo~demo.svc.cluster.local"
 	s.req(1, testNode(other, "c2"), eds, "", "")
 
-	s.tr.OnDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{Node: testNode(clientID, "c1"), TypeUrl: eds,
+	s.stream(true, 1).OnDeltaRequest(&discoveryv3.DeltaDiscoveryRequest{Node: testNode(clientID, "c1"), TypeUrl: eds,
 		ResourceNamesSubscribe: []string{"a"}})
-	s.tr.OnDeltaResponse(1, &discoveryv3.DeltaDiscoveryResponse{TypeUrl: eds, SystemVersionInfo: "7", Nonce: "1"})
-	s.tr.OnDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: "1"})
+	s.stream(true, 1).OnDeltaResponse(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: eds, SystemVersionInfo: "7", Nonce: "1"})
+	s.stream(true, 1).OnDeltaRequest(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: "1"})
 	recs := s.tr.Records()
 	if len(recs) != 2 {
 		t.Fatalf("records: %+v", recs)
@@ -227,10 +237,10 @@ func TestTrackerDelta(t *testing.T) {
 	if st := byID[other].Status("eds"); st != proxystatus.StatusNotSent {
 		t.Fatalf("SotW stream 1: %s", st)
 	}
-	s.tr.OnDeltaResponse(1, &discoveryv3.DeltaDiscoveryResponse{TypeUrl: eds, SystemVersionInfo: "8", Nonce: "2"})
-	s.tr.OnDeltaRequest(1, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: "2",
+	s.stream(true, 1).OnDeltaResponse(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: eds, SystemVersionInfo: "8", Nonce: "2"})
+	s.stream(true, 1).OnDeltaRequest(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: eds, ResponseNonce: "2",
 		ErrorDetail: &status.Status{Message: "nope"}})
-	s.tr.StreamClosed(false, 1)
+	s.stream(false, 1).Close()
 	ts := s.wantStatus("eds", proxystatus.StatusError)
 	if ts.NackVersion != "8" || ts.Acked != "7" {
 		t.Fatalf("delta NACK: %+v", ts)
@@ -247,7 +257,7 @@ func TestTrackerChanges(t *testing.T) {
 		t.Fatal("signal before any change")
 	default:
 	}
-	s.tr.StreamOpened(false, 1)
+	s.stream(false, 1)
 	s.req(1, testNode(clientID, "c1"), cds, "", "")
 	s.resp(1, cds, "v1", "1")
 	select {
@@ -265,18 +275,18 @@ func TestTrackerChanges(t *testing.T) {
 
 	// The proxy reconnects before its old stream is seen closing.
 	s.step(time.Second)
-	s.tr.StreamOpened(false, 2)
+	s.stream(false, 2)
 	s.req(2, testNode(clientID, "c1"), cds, "", "")
 	if r := s.only(); !r.Connected.Equal(statusT0.Add(time.Second)) || r.Status("cds") != proxystatus.StatusNotSent {
 		t.Fatalf("after reconnect: %+v", r)
 	}
 	s.tr.TakeChanges()
-	s.tr.StreamClosed(false, 1)
+	s.stream(false, 1).Close()
 	changed, removed = s.tr.TakeChanges()
 	if len(changed) != 1 || len(removed) != 0 || !changed[0].Connected.Equal(statusT0.Add(time.Second)) {
 		t.Fatalf("old stream closed: %+v %v", changed, removed)
 	}
-	s.tr.StreamClosed(false, 2)
+	s.stream(false, 2).Close()
 	changed, removed = s.tr.TakeChanges()
 	if len(changed) != 0 || !reflect.DeepEqual(removed, []string{clientID}) {
 		t.Fatalf("last stream closed: %+v %v", changed, removed)
@@ -302,7 +312,7 @@ func TestTrackerDrain(t *testing.T) {
 		}
 		return nil
 	})
-	s.tr.StreamClosed(false, 1)
+	s.stream(false, 1).Close()
 	waitUntil(t, "removal drained", func() error {
 		if n := len(fleet.All()); n != 0 {
 			return fmt.Errorf("%d records", n)
@@ -327,14 +337,13 @@ func TestTrackerConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id := int64(i)
-			tr.StreamOpened(false, id)
+			st := tr.Open(false, int64(i))
 			node := testNode(fmt.Sprintf("sidecar~10.0.0.%d~p%d.demo~demo.svc.cluster.local", i, i), "c1")
-			tr.OnRequest(id, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType})
+			st.OnRequest(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType})
 			for v := range 50 {
 				nonce := fmt.Sprint(v)
-				tr.OnResponse(id, &discoveryv3.DiscoveryResponse{TypeUrl: resourcev3.ClusterType, VersionInfo: nonce, Nonce: nonce})
-				tr.OnRequest(id, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType, VersionInfo: nonce, ResponseNonce: nonce})
+				st.OnResponse(&discoveryv3.DiscoveryResponse{TypeUrl: resourcev3.ClusterType, VersionInfo: nonce, Nonce: nonce})
+				st.OnRequest(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType, VersionInfo: nonce, ResponseNonce: nonce})
 				if v%10 == 0 {
 					_ = tr.Records()
 					tr.TakeChanges()
@@ -367,11 +376,12 @@ func BenchmarkTracker10k(b *testing.B) {
 func benchTracker(b *testing.B, tr *StatusTracker, version func(proxy, round int) string) {
 	const proxies = 10000
 	types := []string{resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.EndpointType}
+	streams := make([]*TrackedStream, proxies)
 	for i := range proxies {
-		tr.StreamOpened(false, int64(i))
+		streams[i] = tr.Open(false, int64(i))
 		node := testNode(fmt.Sprintf("sidecar~10.%d.%d.%d~p%d.demo~demo.svc.cluster.local", i>>16, (i>>8)&255, i&255, i), "c1")
 		for _, ty := range types {
-			tr.OnRequest(int64(i), &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: ty})
+			streams[i].OnRequest(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: ty})
 		}
 	}
 	b.ResetTimer()
@@ -379,8 +389,8 @@ func benchTracker(b *testing.B, tr *StatusTracker, version func(proxy, round int
 		for i := range proxies {
 			v := version(i, n)
 			for _, ty := range types {
-				tr.OnResponse(int64(i), &discoveryv3.DiscoveryResponse{TypeUrl: ty, VersionInfo: v, Nonce: v})
-				tr.OnRequest(int64(i), &discoveryv3.DiscoveryRequest{TypeUrl: ty, VersionInfo: v, ResponseNonce: v})
+				streams[i].OnResponse(&discoveryv3.DiscoveryResponse{TypeUrl: ty, VersionInfo: v, Nonce: v})
+				streams[i].OnRequest(&discoveryv3.DiscoveryRequest{TypeUrl: ty, VersionInfo: v, ResponseNonce: v})
 			}
 		}
 		if recs := tr.Records(); len(recs) != proxies || (tr.epochOf != nil && recs[0].ConfigEpoch() == 0) {
@@ -394,7 +404,7 @@ func benchTracker(b *testing.B, tr *StatusTracker, version func(proxy, round int
 // types (istioctl's) is a tool, not a proxy, and gets no record.
 func TestTrackerSkipsDebugClients(t *testing.T) {
 	s := newTrackerScript(t)
-	s.tr.StreamOpened(false, 1)
+	s.stream(false, 1)
 	s.req(1, testNode("sidecar~10.0.0.9~test-1.default~default.svc.cluster.local", "c1"), DebugSynczType, "", "n0")
 	s.resp(1, DebugSynczType, "", "n1")
 	if rs := s.tr.Records(); len(rs) != 0 {

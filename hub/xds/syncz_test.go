@@ -16,12 +16,12 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/structpb"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/meshfed/meshfed/hub/xds/ads"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
@@ -358,7 +358,7 @@ func TestSynczOverADS(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(t.Context(), cache, tracker.Callbacks()))
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, ads.NewServer(t.Context(), cache, tracker.Handler()))
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	addr := lis.Addr().String()

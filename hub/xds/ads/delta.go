@@ -6,14 +6,13 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	streamv3 "github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 )
 
 // deltaConn is one Delta ADS stream.
 type deltaConn struct {
 	srv     *Server
-	id      int64
+	side    Stream // the handler's
 	stream  discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
 	node    *corev3.Node // of the first request that had one
 	nonce   int64        // of the last answer sent
@@ -23,14 +22,13 @@ type deltaConn struct {
 
 // DeltaAggregatedResources serves one Delta ADS stream until it ends.
 func (s *Server) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	c := &deltaConn{srv: s, id: s.ids.Add(1), stream: st, node: &corev3.Node{},
+	side, err := s.open(st.Context(), s.ids.Add(1), true)
+	if err != nil {
+		return err
+	}
+	c := &deltaConn{srv: s, side: side, stream: st, node: &corev3.Node{},
 		out: make(chan cachev3.DeltaResponse, responseBuffer), watches: map[string]*watch{}}
 	defer c.close()
-	if s.cb != nil {
-		if err := s.cb.OnDeltaStreamOpen(st.Context(), c.id, resourcev3.AnyType); err != nil {
-			return err
-		}
-	}
 	reqs := pump(s.ctx, st.Context(), st.Recv)
 	for {
 		select {
@@ -55,9 +53,7 @@ func (c *deltaConn) close() {
 	for _, w := range c.watches {
 		w.close()
 	}
-	if c.srv.cb != nil {
-		c.srv.cb.OnDeltaStreamClosed(c.id, c.node)
-	}
+	c.side.Closed()
 }
 
 // request takes one request: every answer waiting is sent first, then the
@@ -76,16 +72,14 @@ func (c *deltaConn) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if err := c.sendPending(); err != nil {
 		return err
 	}
-	if c.srv.cb != nil {
-		if err := c.srv.cb.OnStreamDeltaRequest(c.id, req); err != nil {
-			return err
-		}
-	}
 	// Requests after the first may omit the node.
 	if req.GetNode() != nil {
 		c.node = req.GetNode()
 	} else {
 		req.Node = c.node
+	}
+	if err := c.side.OnDeltaRequest(req); err != nil {
+		return err
 	}
 	typeURL := req.GetTypeUrl()
 	if typeURL == "" {
@@ -116,6 +110,7 @@ func plainACK(req *discoveryv3.DeltaDiscoveryRequest, nonce string) bool {
 // create opens a watch of req in the cache.
 func (c *deltaConn) create(w *watch, req *discoveryv3.DeltaDiscoveryRequest, ackOf string) error {
 	w.hintsFor(ackOf)
+	w.sub.stream = c.side
 	cancel, err := c.srv.cache.CreateDeltaWatch(req, w.sub, c.out)
 	if err != nil {
 		return err
@@ -151,9 +146,7 @@ func (c *deltaConn) send(r cachev3.DeltaResponse) error {
 	}
 	c.nonce++
 	out.Nonce = strconv.FormatInt(c.nonce, 10)
-	if c.srv.cb != nil {
-		c.srv.cb.OnStreamDeltaResponse(c.id, r.GetDeltaRequest(), out)
-	}
+	c.side.OnDeltaResponse(out)
 	if err := c.stream.Send(out); err != nil {
 		return err
 	}

@@ -1,8 +1,9 @@
 // Package ads is the hub's stream layer: it serves Envoy's Aggregated
 // Discovery Service, State of the World and Delta, from a go-control-plane
-// cache (cachev3.ConfigWatcher), calling go-control-plane's stream
-// callbacks (serverv3.Callbacks) at the points its own stream server calls
-// them.
+// cache (cachev3.ConfigWatcher). A Handler opens the caller's side of each
+// stream (a Stream), which is told of the stream's requests and answers
+// at the points where go-control-plane's stream server calls its
+// callbacks, and closed once.
 //
 // Why not go-control-plane's stream server: it keeps a stream's state in
 // its own private structures, so the hub could neither tell a cache what it
@@ -11,7 +12,10 @@
 // answers went out. Here a stream is one conn, made when the stream opens
 // and dropped when it ends, owned by the stream's goroutine: its node, its
 // nonce, and per type URL the subscription, the open watch and what is to
-// be sent again. A second goroutine per stream only reads requests.
+// be sent again; and the caller's side of it, which a cache reaches from
+// the subscription it is handed (StreamOf), so that nothing anywhere is
+// kept in a map keyed by stream. A second goroutine per stream only reads
+// requests.
 //
 // What the server adds to go-control-plane's protocol handling, both
 // visible to the cache through the subscription it is handed (Hints):

@@ -8,7 +8,6 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -19,20 +18,64 @@ import (
 type Server struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 
-	ctx   context.Context
-	cache cachev3.ConfigWatcher
-	cb    serverv3.Callbacks
-	ids   atomic.Int64 // the last stream ID given
+	ctx     context.Context
+	cache   cachev3.ConfigWatcher
+	handler Handler
+	ids     atomic.Int64 // the last stream ID given
 }
 
-// NewServer returns a server of cache whose streams end when ctx does. cb,
-// which may be nil, is called as go-control-plane's stream server calls
-// it: open (the closed callback runs even when open fails), each request
-// before its watch is created (an error ends the stream), each response
-// just before it is sent.
-func NewServer(ctx context.Context, cache cachev3.ConfigWatcher, cb serverv3.Callbacks) *Server {
-	return &Server{ctx: ctx, cache: cache, cb: cb}
+// Handler opens the caller's side of each stream. Open may be called
+// concurrently, for different streams.
+type Handler interface {
+	// Open is called when a stream opens, on the stream's goroutine,
+	// with the stream's context (it ends with the stream; it carries the
+	// peer and the metadata) and an ID unique across both protocols. An
+	// error ends the stream at once, with nothing to close.
+	Open(ctx context.Context, id int64, delta bool) (Stream, error)
 }
+
+// Stream is the caller's side of one stream. Its methods are called only
+// from the stream's goroutine, one at a time: what they keep of the
+// stream needs no lock against the stream itself. A SotW stream calls
+// OnRequest and OnResponse; a Delta stream OnDeltaRequest and
+// OnDeltaResponse.
+type Stream interface {
+	// OnRequest is called with each request, its node filled in with
+	// the stream's first (the same pointer) when it carries none, before
+	// its watch is created. An error ends the stream.
+	OnRequest(*discoveryv3.DiscoveryRequest) error
+	// OnResponse is called just before an answer is sent.
+	OnResponse(*discoveryv3.DiscoveryResponse)
+	// OnDeltaRequest is OnRequest for a Delta request.
+	OnDeltaRequest(*discoveryv3.DeltaDiscoveryRequest) error
+	// OnDeltaResponse is OnResponse for a Delta answer.
+	OnDeltaResponse(*discoveryv3.DeltaDiscoveryResponse)
+	// Closed is called once, when the stream has ended.
+	Closed()
+}
+
+// NewServer returns a server of cache whose streams end when ctx does.
+// handler, which may be nil, opens the caller's side of each stream.
+func NewServer(ctx context.Context, cache cachev3.ConfigWatcher, handler Handler) *Server {
+	return &Server{ctx: ctx, cache: cache, handler: handler}
+}
+
+// open opens the handler's side of a stream; nopStream without handler.
+func (s *Server) open(ctx context.Context, id int64, delta bool) (Stream, error) {
+	if s.handler == nil {
+		return nopStream{}, nil
+	}
+	return s.handler.Open(ctx, id, delta)
+}
+
+// nopStream is the side of a stream of a server without handler.
+type nopStream struct{}
+
+func (nopStream) OnRequest(*discoveryv3.DiscoveryRequest) error           { return nil }
+func (nopStream) OnResponse(*discoveryv3.DiscoveryResponse)               {}
+func (nopStream) OnDeltaRequest(*discoveryv3.DeltaDiscoveryRequest) error { return nil }
+func (nopStream) OnDeltaResponse(*discoveryv3.DeltaDiscoveryResponse)     {}
+func (nopStream) Closed()                                                 {}
 
 // responseBuffer is the capacity of a stream's answer channel. A cache
 // answers a watch once and the stream holds one watch per type, so a

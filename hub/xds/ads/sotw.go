@@ -6,14 +6,13 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	streamv3 "github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 )
 
 // sotwConn is one State of the World ADS stream.
 type sotwConn struct {
 	srv     *Server
-	id      int64
+	side    Stream // the handler's
 	stream  discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer
 	node    *corev3.Node // of the first request that had one
 	nonce   int64        // of the last answer sent
@@ -29,14 +28,13 @@ type sotwWatch struct {
 
 // StreamAggregatedResources serves one SotW ADS stream until it ends.
 func (s *Server) StreamAggregatedResources(st discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	c := &sotwConn{srv: s, id: s.ids.Add(1), stream: st, node: &corev3.Node{},
+	side, err := s.open(st.Context(), s.ids.Add(1), false)
+	if err != nil {
+		return err
+	}
+	c := &sotwConn{srv: s, side: side, stream: st, node: &corev3.Node{},
 		out: make(chan cachev3.Response, responseBuffer), watches: map[string]*sotwWatch{}}
 	defer c.close()
-	if s.cb != nil {
-		if err := s.cb.OnStreamOpen(st.Context(), c.id, resourcev3.AnyType); err != nil {
-			return err
-		}
-	}
 	reqs := pump(s.ctx, st.Context(), st.Recv)
 	for {
 		select {
@@ -61,9 +59,7 @@ func (c *sotwConn) close() {
 	for _, w := range c.watches {
 		w.close()
 	}
-	if c.srv.cb != nil {
-		c.srv.cb.OnStreamClosed(c.id, c.node)
-	}
+	c.side.Closed()
 }
 
 // request takes one request: a stale one (its nonce is not that of the
@@ -83,10 +79,8 @@ func (c *sotwConn) request(req *discoveryv3.DiscoveryRequest) error {
 	if typeURL == "" {
 		return errNoType
 	}
-	if c.srv.cb != nil {
-		if err := c.srv.cb.OnStreamRequest(c.id, req); err != nil {
-			return err
-		}
+	if err := c.side.OnRequest(req); err != nil {
+		return err
 	}
 	w := c.watches[typeURL]
 	if w == nil {
@@ -110,6 +104,7 @@ func (c *sotwConn) request(req *discoveryv3.DiscoveryRequest) error {
 // create opens a watch of req in the cache.
 func (c *sotwConn) create(w *sotwWatch, req *discoveryv3.DiscoveryRequest) error {
 	w.hintsFor("")
+	w.sub.stream = c.side
 	w.req = req
 	cancel, err := c.srv.cache.CreateWatch(req, w.sub, c.out)
 	if err != nil {
@@ -152,9 +147,7 @@ func (c *sotwConn) send(r cachev3.Response, drop string) error {
 	c.nonce++
 	out.Nonce = strconv.FormatInt(c.nonce, 10)
 	w.answered(out.Nonce, out.GetVersionInfo(), r.GetReturnedResources())
-	if c.srv.cb != nil {
-		c.srv.cb.OnStreamResponse(r.GetContext(), c.id, r.GetRequest(), out)
-	}
+	c.side.OnResponse(out)
 	if err := c.stream.Send(out); err != nil {
 		return err
 	}

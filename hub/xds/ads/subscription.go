@@ -39,7 +39,20 @@ func HintsOf(sub cachev3.Subscription) Hints {
 // both, which a cache may update in place while the watch is open.
 type Subscription struct {
 	streamv3.Subscription
-	hints Hints
+	hints  Hints
+	stream Stream
+}
+
+// StreamOf returns the handler's side of the stream that holds sub (what
+// Handler.Open returned), so that a cache can read what the caller keeps
+// of the stream instead of the request's node again; nil for a
+// subscription of another origin. A cache's watch calls are made on the
+// stream's goroutine, so reading it there needs no lock.
+func StreamOf(sub cachev3.Subscription) Stream {
+	if s, ok := sub.(Subscription); ok {
+		return s.stream
+	}
+	return nil
 }
 
 var _ cachev3.Subscription = Subscription{}
