@@ -341,6 +341,42 @@ func ParseRootPEM(pemBytes []byte, domain pki.TrustDomain, source ReplicaID, add
 	return out, nil
 }
 
+// Verified returns s with only the roots that are what they say: each
+// root's PEM parses (ParseRootPEM) as exactly one CA certificate whose
+// fingerprint is the root's Fingerprint and whose expiry is its NotAfter,
+// under a trust domain. It is for a state that came from elsewhere (a
+// peer): a replica must not be able to add a non-CA, unparsable or
+// mislabelled root to every replica's bundle. The error names each root
+// left out (errors.Is ErrInvalidRoot); tombstones pass as they are.
+func (s TrustBundleState) Verified() (TrustBundleState, error) {
+	out := TrustBundleState{Roots: make([]Root, 0, len(s.Roots)), Tombstones: s.Tombstones}
+	var errs []error
+	for _, r := range s.Roots {
+		if err := verifyRoot(r); err != nil {
+			errs = append(errs, fmt.Errorf("root %.16q of trust domain %.64q: %w", r.Fingerprint, r.TrustDomain, err))
+			continue
+		}
+		out.Roots = append(out.Roots, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+// verifyRoot checks that r's PEM is one CA certificate that r describes.
+func verifyRoot(r Root) error {
+	parsed, err := ParseRootPEM(r.PEM, r.TrustDomain, r.Source, r.Added)
+	switch {
+	case err != nil:
+		return err
+	case len(parsed) != 1:
+		return fmt.Errorf("%d certificates in one root: %w", len(parsed), ErrInvalidRoot)
+	case parsed[0].Fingerprint != r.Fingerprint:
+		return fmt.Errorf("its certificate's fingerprint is %s: %w", parsed[0].Fingerprint, ErrInvalidRoot)
+	case !parsed[0].NotAfter.Equal(r.NotAfter):
+		return fmt.Errorf("its certificate expires at %s, not %s: %w", parsed[0].NotAfter, r.NotAfter.UTC(), ErrInvalidRoot)
+	}
+	return nil
+}
+
 // compareRoots totally orders copies of one root: the later Added wins, and
 // the other fields break ties so that every replica keeps the same copy.
 func compareRoots(a, b Root) int {

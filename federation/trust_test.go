@@ -548,3 +548,85 @@ func TestTrustHashWithoutRetirementIsStable(t *testing.T) {
 		t.Fatal("hash not deterministic")
 	}
 }
+
+// TestVerifiedRoots: of a peer's bundle, only roots that are one CA
+// certificate matching their fingerprint and expiry pass; each other is
+// named in the error, and tombstones pass.
+func TestVerifiedRoots(t *testing.T) {
+	notAfter := time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC)
+	good, err := ParseRootPEM(selfSignedRootPEM(t, "root", notAfter, true), "cluster.local", "hub-1", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ParseRootPEM(selfSignedRootPEM(t, "other", notAfter, true), "cluster.local", "hub-1", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := good[0]
+	leaf.PEM = selfSignedRootPEM(t, "leaf", notAfter, false)
+	mislabelled := other[0]
+	mislabelled.Fingerprint = good[0].Fingerprint
+	later := good[0]
+	later.NotAfter = notAfter.Add(time.Hour)
+	two := other[0]
+	two.PEM = slices.Concat(other[0].PEM, good[0].PEM)
+	garbage := good[0]
+	garbage.PEM = []byte("not a certificate")
+	noDomain := good[0]
+	noDomain.TrustDomain = ""
+	in := TrustBundleState{
+		Roots:      []Root{good[0], leaf, mislabelled, later, two, garbage, noDomain},
+		Tombstones: []Tombstone{{Fingerprint: "aa", Removed: testNow}},
+	}
+	out, err := in.Verified()
+	if !errors.Is(err, ErrInvalidRoot) {
+		t.Fatalf("error %v, want ErrInvalidRoot", err)
+	}
+	if len(out.Roots) != 1 || out.Roots[0].Fingerprint != good[0].Fingerprint {
+		t.Fatalf("verified roots %v, want only the good one", fps(out.Roots))
+	}
+	if len(out.Tombstones) != 1 {
+		t.Errorf("tombstones %v, want them kept", out.Tombstones)
+	}
+	for _, says := range []string{"not a CA", "fingerprint is", "expires at", "2 certificates", "no PEM CERTIFICATE", "no trust domain"} {
+		if !strings.Contains(err.Error(), says) {
+			t.Errorf("error %q does not say %q", err, says)
+		}
+	}
+}
+
+// FuzzVerifiedBundle: whatever a peer sends as its bundle (JSON), the
+// verified state merges without panicking and holds only roots whose PEM
+// is a CA certificate of their fingerprint.
+func FuzzVerifiedBundle(f *testing.F) {
+	notAfter := time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC)
+	roots, err := ParseRootPEM(selfSignedRootPEM(f, "root", notAfter, true), "cluster.local", "hub-1", testNow)
+	if err != nil {
+		f.Fatal(err)
+	}
+	seed, err := json.Marshal(TrustBundleState{Roots: roots, Tombstones: []Tombstone{{Fingerprint: "aa", Removed: testNow}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add([]byte(`{"roots":[{"fingerprint":"aa","pem":"","trustDomain":"x"}]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var st TrustBundleState
+		if json.Unmarshal(in, &st) != nil {
+			return
+		}
+		v, err := st.Verified()
+		if err == nil && len(v.Roots) != len(st.Roots) {
+			t.Fatalf("%d of %d roots kept and no error", len(v.Roots), len(st.Roots))
+		}
+		b := NewTrustBundle()
+		b.Merge(v)
+		for _, r := range b.State().Roots {
+			again, err := ParseRootPEM(r.PEM, r.TrustDomain, r.Source, r.Added)
+			if err != nil || len(again) != 1 || again[0].Fingerprint != r.Fingerprint {
+				t.Fatalf("merged root %s is not what it says: %v", r.Fingerprint, err)
+			}
+		}
+	})
+}

@@ -36,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"kind"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_federation_deltas_rejected_total",
-			Help: "Replicated writes refused, by kind and reason (duplicate, stale, gap, removed, invalid).",
+			Help: "Replicated writes refused, by kind and reason (duplicate, stale, gap, removed, invalid; invalid_root: a peer's trust root that is not the CA certificate it says).",
 		}, []string{"kind", "reason"}),
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_federation_resync_requests_total",

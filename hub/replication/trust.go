@@ -200,6 +200,15 @@ func (t *Trust) Receive(from federation.ReplicaID, msg *federation.PeerMessage) 
 		t.log.Error(err, "trust bundle from peer refused", "peer", from)
 		return
 	}
+	// Only roots that are what they say are merged: a peer must not add
+	// a non-CA or mislabelled root to every replica's bundle.
+	st, err := st.Verified()
+	if err != nil {
+		if t.m != nil {
+			t.m.rejected.WithLabelValues("trust", "invalid_root").Inc()
+		}
+		t.log.Error(err, "roots of a peer's trust bundle refused; the rest merged", "peer", from)
+	}
 	t.mu.Lock()
 	ok := t.b.Merge(st)
 	t.mu.Unlock()
