@@ -89,6 +89,14 @@ type attachment struct {
 	group   xdsgen.ProxyGroup
 	sidecar string // node ID of an Envoy stream; "" for proxyless gRPC
 	valid   bool
+	// sc is the sidecar's state, set by attach: held while the stream
+	// is attached, its caches fixed, so a watch reads them without mu.
+	sc *sidecar
+}
+
+// same reports whether a and b attach to the same group and sidecar.
+func (a attachment) same(b attachment) bool {
+	return a.valid == b.valid && a.group == b.group && a.sidecar == b.sidecar
 }
 
 var _ cachev3.Cache = (*groupCache)(nil)
@@ -318,13 +326,22 @@ func (c *groupCache) planSidecarsLocked(r reshape) []write {
 	return out
 }
 
-// pick returns the cache of typeURL for a stream attached to at.
-func (c *groupCache) pick(typeURL string, at attachment) (*versioned, error) {
+// pick returns the cache of typeURL for a stream attached to at, whose
+// conn (nil for a watch from elsewhere) keeps its group's load-assignment
+// cache once found: after a stream's first request of a type, its watches
+// take no lock of the groupCache, which a push holds while it plans.
+func (c *groupCache) pick(typeURL string, at attachment, cn *conn) (*versioned, error) {
 	if typeURL == resourcev3.EndpointType {
-		return c.group(at.group), nil
+		if cn == nil {
+			return c.group(at.group), nil
+		}
+		if cn.eds == nil {
+			cn.eds = c.group(at.group)
+		}
+		return cn.eds, nil
 	}
 	if at.sidecar != "" {
-		return c.pickSidecar(typeURL, at.sidecar)
+		return c.pickSidecar(typeURL, at)
 	}
 	if lc, ok := c.shared[typeURL]; ok {
 		return lc, nil
@@ -336,21 +353,24 @@ func (c *groupCache) pick(typeURL string, at attachment) (*versioned, error) {
 // the proxy (a ztunnel's istio.workload.Address, say).
 var errUnservedType = errors.New("xds: type not served")
 
-// pickSidecar returns the cache of typeURL for the Envoy node id: the
+// pickSidecar returns the cache of typeURL for the Envoy node of at: the
 // shared Envoy routes, or the node's own listeners and clusters. The
 // node's stream is attached already (see attach).
-func (c *groupCache) pickSidecar(typeURL string, id string) (*versioned, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+func (c *groupCache) pickSidecar(typeURL string, at attachment) (*versioned, error) {
 	switch typeURL {
 	case resourcev3.RouteType:
 		return c.envoyRoutes.lc, nil
 	case resourcev3.SecretType:
 		return c.secrets, nil
 	}
-	sc := c.sidecars[id]
+	sc := at.sc
 	if sc == nil {
-		return nil, fmt.Errorf("xds: no open stream of Envoy node %q", id)
+		c.mu.Lock()
+		sc = c.sidecars[at.sidecar]
+		c.mu.Unlock()
+	}
+	if sc == nil {
+		return nil, fmt.Errorf("xds: no open stream of Envoy node %q", at.sidecar)
 	}
 	if sc.err != nil {
 		return nil, sc.err
@@ -384,7 +404,7 @@ func (c *groupCache) group(g xdsgen.ProxyGroup) *versioned {
 // watch is created.
 func (c *groupCache) attach(cur attachment, node *corev3.Node, md xdsnode.Metadata) attachment {
 	a := attachmentOf(node, md)
-	if cur == a {
+	if cur.same(a) {
 		return cur
 	}
 	c.mu.Lock()
@@ -394,6 +414,7 @@ func (c *groupCache) attach(cur attachment, node *corev3.Node, md xdsnode.Metada
 	c.members[a.group]++
 	if a.sidecar != "" {
 		c.attachSidecarLocked(a.sidecar, node)
+		a.sc = c.sidecars[a.sidecar]
 	}
 	return a
 }
@@ -460,13 +481,14 @@ func attachmentOf(node *corev3.Node, md xdsnode.Metadata) attachment {
 	return a
 }
 
-// attachmentOfWatch is the attachment of the stream of a watch: its
-// conn's, else (a watch from elsewhere, as tests make) its node's.
-func attachmentOfWatch(sub cachev3.Subscription, node *corev3.Node) attachment {
+// attachmentOfWatch is the attachment of the stream of a watch, and its
+// conn: the conn's, else (a watch from elsewhere, as tests make) its
+// node's and nil.
+func attachmentOfWatch(sub cachev3.Subscription, node *corev3.Node) (attachment, *conn) {
 	if cn, ok := ads.StreamOf(sub).(*conn); ok && cn.attached.valid {
-		return cn.attached
+		return cn.attached, cn
 	}
-	return attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata()))
+	return attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata())), nil
 }
 
 // detach forgets a stream attached to a, freeing its group (and sidecar)
@@ -605,8 +627,8 @@ func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 	if IsDebugType(req.GetTypeUrl()) {
 		return c.debug.CreateWatch(req, sub, out)
 	}
-	at := attachmentOfWatch(sub, req.GetNode())
-	lc, err := c.pick(req.GetTypeUrl(), at)
+	at, cn := attachmentOfWatch(sub, req.GetNode())
+	lc, err := c.pick(req.GetTypeUrl(), at, cn)
 	if err != nil {
 		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
 	}
@@ -633,8 +655,8 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	if IsDebugType(req.GetTypeUrl()) {
 		return c.debug.CreateDeltaWatch(req, sub, out)
 	}
-	at := attachmentOfWatch(sub, req.GetNode())
-	lc, err := c.pick(req.GetTypeUrl(), at)
+	at, cn := attachmentOfWatch(sub, req.GetNode())
+	lc, err := c.pick(req.GetTypeUrl(), at, cn)
 	if err != nil {
 		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
 	}
@@ -690,7 +712,7 @@ func (c *groupCache) Fetch(ctx context.Context, req *cachev3.Request) (cachev3.R
 		}
 		return lc.Fetch(ctx, req)
 	}
-	lc, err := c.pick(req.GetTypeUrl(), attachmentOf(req.GetNode(), xdsnode.MetadataOf(req.GetNode().GetMetadata())))
+	lc, err := c.pick(req.GetTypeUrl(), attachmentOf(req.GetNode(), xdsnode.MetadataOf(req.GetNode().GetMetadata())), nil)
 	if err != nil {
 		return nil, err
 	}

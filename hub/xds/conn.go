@@ -36,8 +36,11 @@ type conn struct {
 	// server hands a request without one the stream's first).
 	node     *corev3.Node
 	attached attachment // valid once a request was admitted
-	nacks    nackRuns
-	status   *TrackedStream
+	// eds is the load-assignment cache of the attached group, once a
+	// watch of the stream found it (groupCache.pick).
+	eds    *versioned
+	nacks  nackRuns
+	status *TrackedStream
 }
 
 var _ ads.Handler = (*Server)(nil)
@@ -108,7 +111,9 @@ func (c *conn) admit(node *corev3.Node) error {
 	if err := c.s.authn.request(c.ctx, &c.auth, node); err != nil {
 		return err
 	}
-	c.attached = c.s.cache.attach(c.attached, node, md)
+	if at := c.s.cache.attach(c.attached, node, md); !at.same(c.attached) {
+		c.attached, c.eds = at, nil
+	}
 	c.node = node
 	return nil
 }

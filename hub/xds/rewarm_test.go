@@ -216,3 +216,43 @@ func TestUnservedTypeKeepsTheStream(t *testing.T) {
 		t.Errorf("meshfed_xds_unserved_requests_total{type=other} = %v, want 2", got)
 	}
 }
+
+// TestWatchesDoNotWaitForAPush: once a stream has asked for a type, its
+// later requests of it (ACKs, new names) take no lock that a push holds
+// while it plans: with the groupCache's lock held, as by a push stuck in
+// the planner, an Envoy sidecar's cluster ACK is taken and its new
+// subscription to a load assignment is answered. (A stream's first
+// request still attaches it under that lock.)
+func TestWatchesDoNotWaitForAPush(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	const echo2 = model.Hostname("echo2.demo.svc.cluster.local")
+	sh := shard("c1", "r1", "10.0.0.5")
+	second := *sh[echo]
+	svc := *second.Service
+	svc.Hostname, svc.Name = echo2, "echo2"
+	second.Service = &svc
+	sh[echo2] = &second
+	if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), sh); err != nil {
+		t.Fatal(err)
+	}
+	s := runServer(t, Options{Registry: st})
+	p := newDeltaProxy(t, s.Addr().String())
+	p.send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode("10.0.0.9", "client", "c1", "NONE"), TypeUrl: resourcev3.ClusterType})
+	cds := p.next(resourcev3.ClusterType)
+	p.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{xdsgen.ClusterName(echo, 8080)}})
+	eds := p.next(resourcev3.EndpointType)
+
+	s.cache.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			s.cache.mu.Unlock()
+		}
+	}()
+	p.ack(cds)
+	p.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResponseNonce: eds.GetNonce(),
+		ResourceNamesSubscribe: []string{xdsgen.ClusterName(echo2, 8080)}})
+	p.nextWith(resourcev3.EndpointType, xdsgen.ClusterName(echo2, 8080))
+	locked = false
+	s.cache.mu.Unlock()
+}

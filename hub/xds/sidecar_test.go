@@ -254,7 +254,7 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 // (TestRewarmAfterHeldClusterACK).
 func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	st, c, node, write := planFixture(t, xdsgen.Options{Security: true}, "10.0.0.9")
-	if _, err := c.pick(resourcev3.EndpointType, attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata()))); err != nil { // the group's assignments, as the stream asks
+	if _, err := c.pick(resourcev3.EndpointType, attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata())), nil); err != nil { // the group's assignments, as the stream asks
 		t.Fatal(err)
 	}
 	// The endpoint's Pod was injected (tlsMode=istio), so sidecars speak
