@@ -61,21 +61,22 @@ func (s *Server) Open(ctx context.Context, id int64, delta bool) (ads.Stream, er
 // OnRequest takes a SotW request: refused (the stream ends) unless its
 // node is admitted; recorded; a NACK held back (nackBackoff).
 func (c *conn) OnRequest(req *discoveryv3.DiscoveryRequest) error {
-	if err := c.admit(req.GetNode()); err != nil {
-		return err
-	}
-	c.status.OnRequest(req)
-	c.nacked(req.GetNode(), req.GetTypeUrl(), req.GetErrorDetail())
-	return nil
+	return c.request(req.GetNode(), req.GetTypeUrl(), req.GetErrorDetail(), func() { c.status.OnRequest(req) })
 }
 
 // OnDeltaRequest is OnRequest for a Delta request.
 func (c *conn) OnDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
-	if err := c.admit(req.GetNode()); err != nil {
+	return c.request(req.GetNode(), req.GetTypeUrl(), req.GetErrorDetail(), func() { c.status.OnDeltaRequest(req) })
+}
+
+// request takes a request of node for typeURL, NACKing with nack if not
+// nil, that record records in the stream's status.
+func (c *conn) request(node *corev3.Node, typeURL string, nack *status.Status, record func()) error {
+	if err := c.admit(node); err != nil {
 		return err
 	}
-	c.status.OnDeltaRequest(req)
-	c.nacked(req.GetNode(), req.GetTypeUrl(), req.GetErrorDetail())
+	record()
+	c.nacked(node, typeURL, nack)
 	return nil
 }
 

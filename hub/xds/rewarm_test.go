@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -11,8 +10,6 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -30,12 +27,7 @@ import (
 // nothing after it: the cluster warmed forever.)
 func TestRewarmAfterHeldClusterACK(t *testing.T) {
 	st := store.New(store.Options{Self: "test"})
-	write := func(sh map[model.Hostname]*model.ServiceShard) {
-		t.Helper()
-		if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), sh); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := storeWriter(t, st)
 	write(shard("c1", "r1", "10.0.0.5"))
 	s := runServer(t, Options{Registry: st, Security: true})
 	p := newDeltaProxy(t, s.Addr().String())
@@ -111,14 +103,8 @@ type deltaProxy struct {
 
 func newDeltaProxy(t *testing.T, addr string) *deltaProxy {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cc.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	client, ctx, _ := dialADS(t, addr)
+	stream, err := client.DeltaAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

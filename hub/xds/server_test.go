@@ -42,6 +42,17 @@ func shard(c model.ClusterID, region string, addrs ...string) map[model.Hostname
 	return map[model.Hostname]*model.ServiceShard{echo: s}
 }
 
+// storeWriter returns the function that replaces cluster c1's services
+// in st with a shard.
+func storeWriter(t *testing.T, st *store.Store) func(map[model.Hostname]*model.ServiceShard) {
+	return func(sh map[model.Hostname]*model.ServiceShard) {
+		t.Helper()
+		if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), sh); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // serve runs a Server over a real store and returns its address.
 func serve(t *testing.T, st *store.Store, reg *prometheus.Registry) string {
 	t.Helper()
@@ -83,7 +94,9 @@ type adsClient struct {
 	cancel context.CancelFunc // ends the stream
 }
 
-func newADS(t *testing.T, addr string, cluster model.ClusterID, region string) *adsClient {
+// dialADS connects to the plaintext port at addr; the connection closes
+// and the returned context ends when the test does, or cancel is called.
+func dialADS(t *testing.T, addr string) (discoveryv3.AggregatedDiscoveryServiceClient, context.Context, context.CancelFunc) {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -92,7 +105,13 @@ func newADS(t *testing.T, addr string, cluster model.ClusterID, region string) *
 	t.Cleanup(func() { _ = cc.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	return discoveryv3.NewAggregatedDiscoveryServiceClient(cc), ctx, cancel
+}
+
+func newADS(t *testing.T, addr string, cluster model.ClusterID, region string) *adsClient {
+	t.Helper()
+	client, ctx, cancel := dialADS(t, addr)
+	stream, err := client.StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

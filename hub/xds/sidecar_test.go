@@ -184,12 +184,7 @@ func TestEnvoyNodeRefused(t *testing.T) {
 func planFixture(t *testing.T, opts xdsgen.Options, ip string) (*store.Store, *groupCache, *corev3.Node, func(map[model.Hostname]*model.ServiceShard)) {
 	t.Helper()
 	st := store.New(store.Options{Self: "test"})
-	write := func(sh map[model.Hostname]*model.ServiceShard) {
-		t.Helper()
-		if err := st.ReplaceCluster("c1", st.NextGeneration("c1"), sh); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := storeWriter(t, st)
 	write(shard("c1", "r1", "10.0.0.5"))
 	c := newGroupCache(opts, st.Services, newMetrics(nil), NewLedger("test"))
 	node := envoyNode(ip, "pod-"+ip, "c1", "NONE")

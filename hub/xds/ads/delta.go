@@ -29,32 +29,10 @@ func (s *Server) DeltaAggregatedResources(st discoveryv3.AggregatedDiscoveryServ
 	c := &deltaConn{srv: s, side: side, stream: st, node: &corev3.Node{},
 		out: make(chan cachev3.DeltaResponse, responseBuffer), watches: map[string]*watch{}}
 	defer c.close()
-	reqs := pump(s.ctx, st.Context(), st.Recv)
-	for {
-		select {
-		case <-s.ctx.Done():
-			return nil
-		case r := <-c.out:
-			if err := c.send(r); err != nil {
-				return sendError(err)
-			}
-		case req, ok := <-reqs:
-			if !ok {
-				return nil
-			}
-			if err := c.request(req); err != nil {
-				return err
-			}
-		}
-	}
+	return serve(s, st.Context(), st.Recv, c.out, c.send, c.request)
 }
 
-func (c *deltaConn) close() {
-	for _, w := range c.watches {
-		w.close()
-	}
-	c.side.Closed()
-}
+func (c *deltaConn) close() { closeWatches(c.watches, c.side) }
 
 // request takes one request: every answer waiting is sent first, then the
 // type's watch is replaced by one of the subscription as the request
@@ -73,11 +51,7 @@ func (c *deltaConn) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 		return err
 	}
 	// Requests after the first may omit the node.
-	if req.GetNode() != nil {
-		c.node = req.GetNode()
-	} else {
-		req.Node = c.node
-	}
+	req.Node = fillNode(&c.node, req.GetNode())
 	if err := c.side.OnDeltaRequest(req); err != nil {
 		return err
 	}
@@ -87,7 +61,7 @@ func (c *deltaConn) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	}
 	ackOf := ""
 	if w == nil {
-		w = &watch{}
+		w = &watch{typeURL: typeURL}
 		w.sub.Subscription = streamv3.NewDeltaSubscription(req.GetResourceNamesSubscribe(),
 			req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), true)
 		c.watches[typeURL] = w
@@ -120,18 +94,7 @@ func (c *deltaConn) create(w *watch, req *discoveryv3.DeltaDiscoveryRequest, ack
 }
 
 // sendPending sends the answers waiting in the channel.
-func (c *deltaConn) sendPending() error {
-	for {
-		select {
-		case r := <-c.out:
-			if err := c.send(r); err != nil {
-				return err
-			}
-		default:
-			return nil
-		}
-	}
-}
+func (c *deltaConn) sendPending() error { return drain(c.out, c.send) }
 
 // send sends one answer, then rewarms what it asks for.
 func (c *deltaConn) send(r cachev3.DeltaResponse) error {
@@ -158,18 +121,9 @@ func (c *deltaConn) send(r cachev3.DeltaResponse) error {
 // ACK of the last answer would, so that a cache treats it as a later
 // request of the stream (not its first).
 func (c *deltaConn) rewarm(r cachev3.DeltaResponse) error {
-	rw, ok := r.(Rewarming)
-	if !ok {
-		return nil
-	}
-	typeURL, names := rw.Rewarms()
-	w := c.watches[typeURL]
-	if w == nil || len(names) == 0 {
-		return nil
-	}
-	reopen, err := w.rewarm(names, c.sendPending)
+	w, reopen, err := rewarmOf(r, func(typeURL string) *watch { return c.watches[typeURL] }, c.sendPending)
 	if !reopen || err != nil {
 		return err
 	}
-	return c.create(w, &discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: typeURL, ResponseNonce: w.nonce}, "")
+	return c.create(w, &discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: w.typeURL, ResponseNonce: w.nonce}, "")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/grpc/codes"
@@ -86,8 +87,9 @@ const responseBuffer = 32
 // watch is a stream's state for one type URL, owned by the stream's
 // goroutine.
 type watch struct {
-	sub    Subscription
-	cancel func() // of the watch last created in the cache
+	typeURL string
+	sub     Subscription
+	cancel  func() // of the watch last created in the cache
 	// open: the cache may still answer the watch last created (no
 	// answer of it was sent, it was not cancelled).
 	open bool
@@ -167,6 +169,55 @@ func (w *watch) rewarm(names []string, sendPending func() error) (bool, error) {
 	return reopen && !w.awaiting, nil
 }
 
+// closeWatches cancels every watch of a stream that ended, then closes the
+// handler's side of it.
+func closeWatches[W interface{ close() }](ws map[string]W, side Stream) {
+	for _, w := range ws {
+		w.close()
+	}
+	side.Closed()
+}
+
+// drain hands each answer waiting in out to take, until none is left.
+func drain[Resp any](out <-chan Resp, take func(Resp) error) error {
+	for {
+		select {
+		case r := <-out:
+			if err := take(r); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// rewarmOf returns the watch of a stream that r, just sent, asks to send
+// its Rewarms again (see Rewarming), and whether it is to be opened again
+// now (see watch.rewarm); watchOf finds a watch of the stream by type.
+func rewarmOf(r any, watchOf func(typeURL string) *watch, sendPending func() error) (*watch, bool, error) {
+	rw, ok := r.(Rewarming)
+	if !ok {
+		return nil, false, nil
+	}
+	typeURL, names := rw.Rewarms()
+	w := watchOf(typeURL)
+	if w == nil || len(names) == 0 {
+		return nil, false, nil
+	}
+	reopen, err := w.rewarm(names, sendPending)
+	return w, reopen, err
+}
+
+// fillNode returns the node of a request: its own, which becomes the
+// stream's (*node), or, when it carries none, the stream's.
+func fillNode(node **corev3.Node, carried *corev3.Node) *corev3.Node {
+	if carried != nil {
+		*node = carried
+	}
+	return *node
+}
+
 // pump reads a stream's requests into a channel, which is closed when the
 // stream or the server ends.
 func pump[T any](srv, stream context.Context, recv func() (*T, error)) <-chan *T {
@@ -188,6 +239,31 @@ func pump[T any](srv, stream context.Context, recv func() (*T, error)) <-chan *T
 		}
 	}()
 	return ch
+}
+
+// serve runs a stream's loop until the stream or the server ends: the
+// answers from out are sent, the requests read by recv taken, one at a
+// time on the stream's goroutine.
+func serve[Req, Resp any](srv *Server, stream context.Context, recv func() (*Req, error), out <-chan Resp,
+	send func(Resp) error, take func(*Req) error) error {
+	reqs := pump(srv.ctx, stream, recv)
+	for {
+		select {
+		case <-srv.ctx.Done():
+			return nil
+		case r := <-out:
+			if err := send(r); err != nil {
+				return sendError(err)
+			}
+		case req, ok := <-reqs:
+			if !ok {
+				return nil
+			}
+			if err := take(req); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // errEmptyRequest and errNoType end a stream whose request is unusable.

@@ -22,7 +22,7 @@ type sotwConn struct {
 
 // sotwWatch is a SotW stream's state for one type.
 type sotwWatch struct {
-	watch
+	*watch
 	req *discoveryv3.DiscoveryRequest // that created the open watch
 }
 
@@ -35,32 +35,10 @@ func (s *Server) StreamAggregatedResources(st discoveryv3.AggregatedDiscoverySer
 	c := &sotwConn{srv: s, side: side, stream: st, node: &corev3.Node{},
 		out: make(chan cachev3.Response, responseBuffer), watches: map[string]*sotwWatch{}}
 	defer c.close()
-	reqs := pump(s.ctx, st.Context(), st.Recv)
-	for {
-		select {
-		case <-s.ctx.Done():
-			return nil
-		case r := <-c.out:
-			if err := c.send(r, ""); err != nil {
-				return sendError(err)
-			}
-		case req, ok := <-reqs:
-			if !ok {
-				return nil
-			}
-			if err := c.request(req); err != nil {
-				return err
-			}
-		}
-	}
+	return serve(s, st.Context(), st.Recv, c.out, func(r cachev3.Response) error { return c.send(r, "") }, c.request)
 }
 
-func (c *sotwConn) close() {
-	for _, w := range c.watches {
-		w.close()
-	}
-	c.side.Closed()
-}
+func (c *sotwConn) close() { closeWatches(c.watches, c.side) }
 
 // request takes one request: a stale one (its nonce is not that of the
 // last answer of its type) is ignored; else the type's open watch is
@@ -70,11 +48,7 @@ func (c *sotwConn) request(req *discoveryv3.DiscoveryRequest) error {
 	if req == nil {
 		return errEmptyRequest
 	}
-	if req.GetNode() != nil {
-		c.node = req.GetNode()
-	} else {
-		req.Node = c.node
-	}
+	req.Node = fillNode(&c.node, req.GetNode())
 	typeURL := req.GetTypeUrl()
 	if typeURL == "" {
 		return errNoType
@@ -84,7 +58,7 @@ func (c *sotwConn) request(req *discoveryv3.DiscoveryRequest) error {
 	}
 	w := c.watches[typeURL]
 	if w == nil {
-		w = &sotwWatch{}
+		w = &sotwWatch{watch: &watch{typeURL: typeURL}}
 		w.sub.Subscription = streamv3.NewSotwSubscription(req.GetResourceNames(), true)
 		c.watches[typeURL] = w
 	} else {
@@ -117,19 +91,12 @@ func (c *sotwConn) create(w *sotwWatch, req *discoveryv3.DiscoveryRequest) error
 // sendPending sends the answers waiting in the channel, but drops those of
 // type drop ("" drops none).
 func (c *sotwConn) sendPending(drop string) error {
-	for {
-		select {
-		case r := <-c.out:
-			if drop != "" && r.GetRequest().GetTypeUrl() == drop {
-				continue
-			}
-			if err := c.send(r, drop); err != nil {
-				return err
-			}
-		default:
+	return drain(c.out, func(r cachev3.Response) error {
+		if drop != "" && r.GetRequest().GetTypeUrl() == drop {
 			return nil
 		}
-	}
+		return c.send(r, drop)
+	})
 }
 
 // send sends one answer, then rewarms what it asks for; drop is the type
@@ -159,18 +126,16 @@ func (c *sotwConn) send(r cachev3.Response, drop string) error {
 // now; else the next request of the type, which ACKs an answer on its
 // way, opens that watch.
 func (c *sotwConn) rewarm(r cachev3.Response, drop string) error {
-	rw, ok := r.(Rewarming)
-	if !ok {
+	var req *discoveryv3.DiscoveryRequest
+	w, reopen, err := rewarmOf(r, func(typeURL string) *watch {
+		if sw := c.watches[typeURL]; sw != nil {
+			req = sw.req
+			return sw.watch
+		}
 		return nil
-	}
-	typeURL, names := rw.Rewarms()
-	w := c.watches[typeURL]
-	if w == nil || len(names) == 0 {
-		return nil
-	}
-	reopen, err := w.rewarm(names, func() error { return c.sendPending(drop) })
+	}, func() error { return c.sendPending(drop) })
 	if !reopen || err != nil {
 		return err
 	}
-	return c.create(w, w.req)
+	return c.create(&sotwWatch{watch: w, req: req}, req)
 }
