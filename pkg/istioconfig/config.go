@@ -149,7 +149,7 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 			}
 			for _, h := range o.Spec.GetHosts() {
 				h := ResolveHost(h, o.Namespace, domainSuffix)
-				claim(&s.vs, h, o)
+				claimVS(&s.vs, h, o)
 				claims = append(claims, hostClaim{host: h, key: o.Key, vs: true})
 			}
 		case *DestinationRule:
@@ -201,6 +201,24 @@ func claim[T Object](idx *hostIndex[T], h model.Hostname, o T) {
 	if cur, ok := idx.get(h); !ok || o.meta().older(cur.meta()) {
 		idx.put(h, o)
 	}
+}
+
+// claimVS gives host h to the VirtualService vs unless one that holds it
+// has HTTP rules and vs has none, or it is as routed and older: a
+// VirtualService of only TCP or TLS rules does not take the host's HTTP
+// routes from one that has some, whatever their ages.
+func claimVS(idx *hostIndex[*VirtualService], h model.Hostname, vs *VirtualService) {
+	cur, ok := idx.get(h)
+	if ok {
+		mine, theirs := len(vs.Spec.GetHttp()) > 0, len(cur.Spec.GetHttp()) > 0
+		if mine != theirs {
+			if mine {
+				idx.put(h, vs)
+			}
+			return
+		}
+	}
+	claim(idx, h, vs)
 }
 
 func boundToMesh(gateways []string) bool {

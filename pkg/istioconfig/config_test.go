@@ -120,3 +120,27 @@ func TestShadowedByTheWinner(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPOnlyVirtualServiceDoesNotShadow: a VirtualService of only TCP
+// rules, however old, does not hold a host that one with HTTP rules
+// claims; it loses it (and is shown shadowed), whatever the order.
+func TestTCPOnlyVirtualServiceDoesNotShadow(t *testing.T) {
+	echo := model.Hostname("echo.demo.svc.cluster.local")
+	tcpOnly := vs("demo", "tcp", 2*time.Hour, nil, "echo")
+	tcpOnly.Spec.Tcp = []*networking.TCPRoute{{Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "echo"}}}}}
+	http := vs("demo", "http", time.Minute, nil, "echo")
+	http.Spec.Http = []*networking.HTTPRoute{{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "echo"}}}}}
+	for _, order := range [][]istioconfig.Object{{tcpOnly, http}, {http, tcpOnly}} {
+		s := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, order)
+		if got := s.Host(echo).VirtualService; got != http {
+			t.Errorf("host held by %v, want the one with HTTP rules", got.Key)
+		}
+		want := []istioconfig.Shadowed{{Host: echo, Lost: tcpOnly.Key, By: http.Key}}
+		if got := s.Shadowed(); !slices.Equal(got, want) {
+			t.Errorf("shadowed %+v, want %+v", got, want)
+		}
+	}
+	if got := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{tcpOnly}).Host(echo).VirtualService; got != tcpOnly {
+		t.Errorf("alone, the TCP-only VirtualService does not hold its host (%v)", got)
+	}
+}

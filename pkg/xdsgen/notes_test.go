@@ -67,3 +67,27 @@ func TestConfigNotes(t *testing.T) {
 		t.Errorf("Sidecar notes\n  got  %q\n  want %q", got, want)
 	}
 }
+
+// TestStreamRuleNotes: a VirtualService's tcp[] and tls[] rules, which no
+// generator applies yet, are noted for both proxy kinds.
+func TestStreamRuleNotes(t *testing.T) {
+	vs := &istioconfig.VirtualService{
+		Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: "VirtualService", Namespace: "demo", Name: "db"}},
+		Spec: &networking.VirtualService{Hosts: []string{"db"},
+			Tcp: []*networking.TCPRoute{{Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "db"}}}}},
+			Tls: []*networking.TLSRoute{{Match: []*networking.TLSMatchAttributes{{SniHosts: []string{"db"}}},
+				Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "db"}}}}},
+		},
+	}
+	var got []string
+	for _, n := range ConfigNotes(vs, "") {
+		got = append(got, n.Kind.String()+" "+n.Field)
+	}
+	want := []string{
+		ProxyGRPC.String() + " spec.tcp", ProxyGRPC.String() + " spec.tls",
+		ProxyEnvoy.String() + " spec.tcp", ProxyEnvoy.String() + " spec.tls",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("notes\n  got  %q\n  want %q", got, want)
+	}
+}
