@@ -518,8 +518,8 @@ func (m *Membership) removeMember(id federation.ReplicaID, addr string) int {
 // PeerAddr empty and is counted.
 func (m *Membership) memberFromNode(n *memberlist.Node) Member {
 	mem := Member{ID: federation.ReplicaID(n.Name), GossipAddr: n.Address()}
-	var meta nodeMeta
-	if err := json.Unmarshal(n.Meta, &meta); err != nil || meta.V < 1 {
+	meta, err := decodeNodeMeta(n.Meta)
+	if err != nil {
 		m.metrics.reject(reasonMeta)
 		m.log.Error(err, "member published unreadable node metadata; it has no peer address", "member", n.Name, "bytes", len(n.Meta))
 		return mem
@@ -536,6 +536,18 @@ type nodeMeta struct {
 	// Build is the replica's version; replicas older than it publish none.
 	Build string `json:"build,omitempty"`
 	V     int    `json:"v"`
+}
+
+// decodeNodeMeta parses a member's node metadata.
+func decodeNodeMeta(b []byte) (nodeMeta, error) {
+	var meta nodeMeta
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return nodeMeta{}, err
+	}
+	if meta.V < 1 {
+		return nodeMeta{}, fmt.Errorf("node metadata version %d", meta.V)
+	}
+	return meta, nil
 }
 
 // gossipState is the JSON a replica sends on push/pull. memberlist does

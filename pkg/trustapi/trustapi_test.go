@@ -1,6 +1,11 @@
 package trustapi
 
-import "testing"
+import (
+	"reflect"
+	"testing"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
 
 func TestBundle(t *testing.T) {
 	a := Root{TrustDomain: "a", Fingerprint: "bb", PEM: "-----BEGIN CERTIFICATE-----\nB\n-----END CERTIFICATE-----"}
@@ -27,4 +32,27 @@ func TestBundle(t *testing.T) {
 	if len(NewBundle(nil).Roots) != 0 || NewBundle(nil).Roots == nil {
 		t.Error("empty bundle must have an empty, non-nil root list")
 	}
+}
+
+// FuzzDecode: whatever the hub's trust stream carries, decoding it never
+// panics, and what decodes encodes and decodes to the same bundle.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"roots":"-----BEGIN CERTIFICATE-----"}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`[`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := Decode(wrapperspb.Bytes(data))
+		if err != nil {
+			return
+		}
+		m, err := Encode(b)
+		if err != nil {
+			t.Fatalf("a decoded bundle does not encode: %v", err)
+		}
+		again, err := Decode(m)
+		if err != nil || !reflect.DeepEqual(again, b) {
+			t.Fatalf("bundle %+v decodes again as %+v (%v)", b, again, err)
+		}
+	})
 }

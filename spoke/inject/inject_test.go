@@ -435,3 +435,38 @@ func TestTemplatesCannotDeleteFields(t *testing.T) {
 		t.Errorf("containers %v volumes %v", containerNames(pod.Spec.Containers), pod.Spec.Volumes)
 	}
 }
+
+// FuzzParseConfigMap: whatever the injection ConfigMap's values and
+// policy say (the builtin templates kept, so that no template of the
+// fuzzer's runs), it is parsed or refused with ErrInvalidConfig, and a
+// parsed one lists its templates.
+func FuzzParseConfigMap(f *testing.F) {
+	values, err := yaml.Marshal(testValues())
+	if err != nil {
+		f.Fatal(err)
+	}
+	js, err := json.Marshal(testValues())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(string(inject.PolicyEnabled), string(values))
+	f.Add(string(inject.PolicyDisabled), string(js))
+	f.Add("", "clusterID: [")
+	f.Add("sometimes", "{}")
+	f.Fuzz(func(t *testing.T, policy, values string) {
+		cfg, err := yaml.Marshal(inject.ConfigFile{Policy: inject.Policy(policy), Templates: inject.BuiltinTemplates()})
+		if err != nil {
+			return
+		}
+		c, err := inject.ParseConfigMap(map[string]string{inject.ConfigKey: string(cfg), inject.ValuesKey: values})
+		if err != nil {
+			if !errors.Is(err, inject.ErrInvalidConfig) {
+				t.Fatalf("refused with %v, not ErrInvalidConfig", err)
+			}
+			return
+		}
+		if len(c.Templates()) == 0 {
+			t.Fatal("a parsed ConfigMap has no templates")
+		}
+	})
+}
