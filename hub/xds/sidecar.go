@@ -8,9 +8,12 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -284,3 +287,32 @@ func rewarmsOf(r types.Resource) string {
 	}
 	return c.GetName()
 }
+
+// rewarmed returns a resource that means what r means in other bytes: for
+// a load assignment, the overprovisioning factor set to Envoy's default
+// where it was unset, or unset where it was set; any other resource as it
+// is. It is what a stream that holds a load assignment is sent when it is
+// to be sent it again (ads.Hints.Outdated): go-control-plane versions a
+// Delta resource by a hash of it, and a proxy may take nothing again in a
+// version it has (seen with pilot-agent's Delta xDS: the cluster stayed
+// warming until the bytes differed).
+func rewarmed(r types.Resource) types.Resource {
+	cla, ok := r.(*endpointv3.ClusterLoadAssignment)
+	if !ok {
+		return r
+	}
+	out := proto.Clone(cla).(*endpointv3.ClusterLoadAssignment)
+	if out.Policy == nil {
+		out.Policy = &endpointv3.ClusterLoadAssignment_Policy{}
+	}
+	if out.Policy.OverprovisioningFactor == nil {
+		out.Policy.OverprovisioningFactor = wrapperspb.UInt32(envoyOverprovisioningFactor)
+	} else {
+		out.Policy.OverprovisioningFactor = nil
+	}
+	return out
+}
+
+// envoyOverprovisioningFactor is Envoy's default overprovisioning factor
+// (ClusterLoadAssignment.Policy.overprovisioning_factor), in percent.
+const envoyOverprovisioningFactor = 140
