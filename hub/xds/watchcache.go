@@ -62,6 +62,11 @@ type watchCache struct {
 	// rewarmsOf, when set, names the load assignment that an Envoy
 	// cluster warms with ("" for none); set before the first watch.
 	rewarmsOf func(types.Resource) string
+	// marshal is cachev3.MarshalResource (a test observes its calls).
+	marshal func(types.Resource) ([]byte, error)
+	// deltaSeen: a Delta stream has watched the cache, so new resources
+	// are hashed (their Delta versions) before the lock too.
+	deltaSeen atomic.Bool
 
 	mu sync.Mutex // guards what follows, and the known versions of open Delta watches
 	// version counts the writes; written under mu, read without it by
@@ -86,8 +91,9 @@ type entry struct {
 	twin func() *entry
 }
 
-func newEntry(name string, res types.Resource, version string, twin func(types.Resource) types.Resource) *entry {
-	bytes := sync.OnceValues(func() ([]byte, error) { return cachev3.MarshalResource(res) })
+func newEntry(name string, res types.Resource, version string, twin func(types.Resource) types.Resource,
+	marshal func(types.Resource) ([]byte, error)) *entry {
+	bytes := sync.OnceValues(func() ([]byte, error) { return marshal(res) })
 	e := &entry{
 		name:    name,
 		res:     res,
@@ -103,7 +109,9 @@ func newEntry(name string, res types.Resource, version string, twin func(types.R
 	}
 	e.twin = func() *entry { return e }
 	if twin != nil {
-		e.twin = sync.OnceValue(func() *entry { return newEntry(name, twin(res), version, nil) })
+		// The version is read when the twin is first needed, under the
+		// cache's lock: UpdateResources sets it there.
+		e.twin = sync.OnceValue(func() *entry { return newEntry(name, twin(res), e.version, nil, marshal) })
 	}
 	return e
 }
@@ -137,13 +145,14 @@ func newWatchCache(typeURL, prefix string, initial map[string]types.Resource) *w
 		fullState: cachev3.ResourceRequiresFullStateInSotw(typeURL),
 		resources: make(map[string]*entry, len(initial)),
 		watches:   map[uint64]*cacheWatch{},
+		marshal:   cachev3.MarshalResource,
 	}
 	if typeURL == resourcev3.EndpointType {
 		c.twin = rewarmed
 	}
 	v := c.versionLocked()
 	for name, res := range initial {
-		c.resources[name] = newEntry(name, res, v, c.twin)
+		c.resources[name] = newEntry(name, res, v, c.twin, c.marshal)
 	}
 	return c
 }
@@ -157,21 +166,32 @@ func (c *watchCache) versionLocked() string {
 func (c *watchCache) Version() uint64 { return c.version.Load() }
 
 // UpdateResources writes up and removes del as one version, and answers
-// every watch that the change concerns.
+// every watch that the change concerns. The new resources are marshalled
+// (and hashed, once a Delta stream has watched the cache) before the
+// cache's lock is taken, so that no stream's watch waits for it.
 func (c *watchCache) UpdateResources(up map[string]types.Resource, del []string) error {
+	entries := make([]*entry, 0, len(up))
 	for name, res := range up {
 		if res == nil {
 			return fmt.Errorf("xds: %s %q: nil resource", c.typeURL, name)
 		}
+		e := newEntry(name, res, "", c.twin, c.marshal)
+		// Errors are kept, and met when the entry is answered.
+		_, _ = e.bytes()
+		if c.deltaSeen.Load() {
+			_, _ = e.hash()
+		}
+		entries = append(entries, e)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.version.Add(1)
 	v := c.versionLocked()
 	modified := make([]string, 0, len(up)+len(del))
-	for name, res := range up {
-		c.resources[name] = newEntry(name, res, v, c.twin)
-		modified = append(modified, name)
+	for _, e := range entries {
+		e.version = v
+		c.resources[e.name] = e
+		modified = append(modified, e.name)
 	}
 	for _, name := range del {
 		delete(c.resources, name)
@@ -235,6 +255,7 @@ func (c *watchCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	if req.GetTypeUrl() != c.typeURL {
 		return nil, fmt.Errorf("xds: a %s request to the %s cache", req.GetTypeUrl(), c.typeURL)
 	}
+	c.deltaSeen.Store(true)
 	// Envoy ends a wildcard subscription's initialisation on the first
 	// answer, so the first request of one is answered even with nothing.
 	always := sub.IsWildcard() && req.GetResponseNonce() == ""

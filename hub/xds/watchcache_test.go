@@ -364,3 +364,59 @@ func (s *twin) take(tb testing.TB) bool {
 	}
 	return any
 }
+
+// TestNoMarshallingUnderTheCacheLock: the resources a write brings are
+// marshalled, and hashed for Delta streams, before the cache's lock is
+// taken, so that no stream's watch (which takes that lock) waits for it;
+// the answers then send the bytes made before.
+func TestNoMarshallingUnderTheCacheLock(t *testing.T) {
+	c := newWatchCache(resourcev3.EndpointType, "1.", nil)
+	calls := 0
+	c.marshal = func(r types.Resource) ([]byte, error) {
+		calls++
+		if !c.mu.TryLock() {
+			t.Error("a resource was marshalled under the cache's lock")
+		} else {
+			c.mu.Unlock()
+		}
+		return cachev3.MarshalResource(r)
+	}
+	sotw := &twin{typeURL: resourcev3.EndpointType, names: []string{"a", "b"}}
+	delta := &twin{typeURL: resourcev3.EndpointType, names: []string{"a", "b"}, delta: true}
+	caches := [2]cachev3.ConfigWatcher{c, c}
+	for _, s := range []*twin{sotw, delta} {
+		s.request(t, caches, nil)
+	}
+	for round := range 3 {
+		up := map[string]types.Resource{}
+		for _, n := range []string{"a", "b"} {
+			up[n] = &endpointv3.ClusterLoadAssignment{ClusterName: n, Policy: &endpointv3.ClusterLoadAssignment_Policy{
+				OverprovisioningFactor: wrapperspb.UInt32(uint32(100 + round))}}
+		}
+		if err := c.UpdateResources(up, nil); err != nil {
+			t.Fatal(err)
+		}
+		// Build every answer, as the stream server does before it sends.
+		for i := range 2 {
+			r := <-sotw.sotw[i]
+			if _, err := r.GetDiscoveryResponse(); err != nil {
+				t.Fatal(err)
+			}
+			sotw.sotw[i] <- r
+			d := <-delta.dlt[i]
+			if _, err := d.GetDeltaDiscoveryResponse(); err != nil {
+				t.Fatal(err)
+			}
+			delta.dlt[i] <- d
+		}
+		for _, s := range []*twin{sotw, delta} {
+			if !s.take(t) {
+				t.Fatalf("round %d: %s got no answer", round, s)
+			}
+			s.request(t, caches, nil)
+		}
+	}
+	if calls != 6 {
+		t.Errorf("%d marshallings for 3 writes of 2 resources, want each marshalled once", calls)
+	}
+}
