@@ -143,8 +143,8 @@ func (d eventDelegate) NotifyUpdate(n *memberlist.Node) {
 type digestInbox struct {
 	ready chan struct{} // capacity 1; signals pending digests
 
-	mu      sync.Mutex
-	pending map[federation.ReplicaID]federation.Digest // guarded by mu
+	mu      sync.Mutex                                 // guards pending
+	pending map[federation.ReplicaID]federation.Digest // the newest digest of each sender
 }
 
 type inboxEntry struct {

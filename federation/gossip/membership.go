@@ -84,8 +84,8 @@ type Membership struct {
 
 	changed chan struct{} // capacity 1; coalesces membership changes
 
-	mu      sync.Mutex
-	members map[federation.ReplicaID]Member // guarded by mu; live members, self included
+	mu      sync.Mutex                      // guards members and departed
+	members map[federation.ReplicaID]Member // live members, self included
 	// departed are members that went away, by ID: their last gossip
 	// address and when; dropped when they come back or RejoinWindow ends.
 	departed map[federation.ReplicaID]departure // guarded by mu

@@ -70,7 +70,7 @@ type Console struct {
 	opts  Options
 	tmpl  map[string]*template.Template
 	mux   *http.ServeMux
-	mu    sync.Mutex
+	mu    sync.Mutex // guards push
 	push  pushSamples
 	start time.Time
 }

@@ -130,7 +130,7 @@ type Server struct {
 // configBox holds the newest Istio configuration handed to the server and
 // signals the push loop that there is one.
 type configBox struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards snap
 	snap    *istioconfig.Snapshot
 	changed chan struct{} // capacity 1
 }

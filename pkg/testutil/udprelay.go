@@ -18,7 +18,7 @@ type UDPRelay struct {
 	conn   *net.UDPConn
 	cut    atomic.Bool
 
-	mu       sync.Mutex
+	mu       sync.Mutex              // guards upstream
 	upstream map[string]*net.UDPConn // by sender address
 	wg       sync.WaitGroup
 }

@@ -90,7 +90,7 @@ func Run(ctx context.Context, opts Options) error {
 	defer cancel()
 	var (
 		wg       sync.WaitGroup
-		mu       sync.Mutex
+		mu       sync.Mutex // guards failures
 		failures []error
 	)
 	fail := func(err error) {
