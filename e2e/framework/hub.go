@@ -91,11 +91,18 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		opts.ReplicaID = fmt.Sprintf("hub-%d", len(f.hubs))
 	}
 	f.mu.Unlock()
-	addrs, err := freeAddrsOn(opts.ListenHost, 5)
+	ports := []*string{&opts.XDSAddr, &opts.MonitoringAddr, &opts.GossipAddr, &opts.PeerAddr, &opts.CAAddr}
+	var preset []string
+	for _, a := range ports {
+		if *a != "" {
+			preset = append(preset, *a)
+		}
+	}
+	addrs, err := freeAddrsOn(opts.ListenHost, len(ports), preset...)
 	if err != nil {
 		return nil, fmt.Errorf("framework: choosing hub addresses: %w", err)
 	}
-	for i, a := range []*string{&opts.XDSAddr, &opts.MonitoringAddr, &opts.GossipAddr, &opts.PeerAddr, &opts.CAAddr} {
+	for i, a := range ports {
 		if *a == "" {
 			*a = addrs[i]
 		}
@@ -144,20 +151,11 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 }
 
 // freeAddrsOn is freeAddrs on host (default 127.0.0.1).
-func freeAddrsOn(host string, n int) ([]string, error) {
-	if host == "" || host == "127.0.0.1" {
-		return freeAddrs(n)
+func freeAddrsOn(host string, n int, taken ...string) ([]string, error) {
+	if host == "" {
+		host = "127.0.0.1"
 	}
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
+	return pickAddrs(func() (net.Listener, error) { return net.Listen("tcp", net.JoinHostPort(host, "0")) }, n, taken)
 }
 
 func exitDescription(err error) string {

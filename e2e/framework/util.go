@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -111,18 +112,33 @@ func (a *ipAllocator) put(ip netip.Addr) {
 }
 
 // freeAddrs returns n distinct addresses 127.0.0.1:<port> whose ports were
-// free a moment ago (all are held until all are chosen, so they differ).
+// free a moment ago (all are held until all are chosen, so they differ),
+// none of them one of taken: addresses chosen before for the same process,
+// free again until it binds them (a hub's preset peer address was handed
+// out again as its monitoring address, and the hub could not start).
 // Another process may take one before the caller binds it; callers that
 // hand the addresses to a child process accept that small race.
-func freeAddrs(n int) ([]string, error) {
+func freeAddrs(n int, taken ...string) ([]string, error) {
+	return pickAddrs(func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }, n, taken)
+}
+
+// pickAddrs takes n distinct addresses of listeners that listen opens,
+// none in taken; every listener is held until all are chosen.
+func pickAddrs(listen func() (net.Listener, error), n int, taken []string) ([]string, error) {
 	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(out) < n; tries++ {
+		if tries > n+len(taken)+64 {
+			return nil, fmt.Errorf("framework: no %d free addresses apart from %v after %d listens", n, taken, tries)
+		}
+		l, err := listen()
 		if err != nil {
 			return nil, err
 		}
 		defer l.Close()
-		out = append(out, l.Addr().String())
+		a := l.Addr().String()
+		if !slices.Contains(taken, a) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
 	}
 	return out, nil
 }
@@ -176,6 +192,6 @@ func (p *prefixWriter) Flush() {
 	}
 }
 
-// FreeAddrs returns n distinct free TCP addresses on 127.0.0.1, for
-// listeners a test passes to hubs (gossip, peer).
-func FreeAddrs(n int) ([]string, error) { return freeAddrs(n) }
+// FreeAddrs returns n distinct free TCP addresses on 127.0.0.1, none of
+// them in taken, for listeners a test passes to hubs (gossip, peer).
+func FreeAddrs(n int, taken ...string) ([]string, error) { return freeAddrs(n, taken...) }
