@@ -13,7 +13,7 @@
 //     stream opens with a Hello each way, then the Handler's catch-up
 //     messages, then whatever is broadcast. Send and Broadcast never
 //     block: a peer whose queue fills up has its stream closed and catches
-//     up when it reconnects. OnPeerDown is the early signal of failure.
+//     up when it reconnects. PeerOptions.OnPeerDown is the early signal of failure.
 //   - Frames (frame.go): decoded and validated on receipt; a malformed
 //     frame is dropped, counted by reason, and the stream goes on.
 //   - The mux (mux.go): a Handler that hands each kind of message to the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -109,13 +108,10 @@ func (p *Peers) removeLink(l *peerLink) {
 		delete(p.links, l.id)
 		p.metrics.connected.Set(float64(len(p.links)))
 	}
-	fns := slices.Clone(p.onDown)
 	closing := p.closing
 	p.mu.Unlock()
-	if current && !closing {
-		for _, fn := range fns {
-			fn(l.id)
-		}
+	if current && !closing && p.opts.OnPeerDown != nil {
+		p.opts.OnPeerDown(l.id)
 	}
 }
 

@@ -34,6 +34,13 @@ type PeerOptions struct {
 	TrustDomain pki.TrustDomain
 	// Handler receives hellos and messages. Required.
 	Handler PeerHandler
+	// OnPeerDown, when set, is called when the stream to a peer closes
+	// and no newer stream from that peer has replaced it: the peer died,
+	// restarted, was partitioned, fell behind, or was removed by
+	// SetPeers. It is an early signal of failure, seconds before gossip.
+	// It runs on the stream's goroutine and must not block long; it is
+	// not called while Run shuts down.
+	OnPeerDown func(federation.ReplicaID)
 	// LocalDigest returns this replica's digest for its Hello. It is
 	// called from stream goroutines, concurrently, and must not block. Nil
 	// sends an empty digest.

@@ -146,8 +146,7 @@ type Peers struct {
 	// dialers are the peers this replica dials, by ID.
 	dialers map[federation.ReplicaID]*peerDialer
 	// links are the open streams by peer, at most one per peer.
-	links  map[federation.ReplicaID]*peerLink
-	onDown []func(federation.ReplicaID)
+	links map[federation.ReplicaID]*peerLink
 }
 
 // NewPeers creates the transport. It binds nothing until Run.
@@ -383,16 +382,4 @@ func (p *Peers) Connected() []federation.ReplicaID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Sorted(maps.Keys(p.links))
-}
-
-// OnPeerDown registers fn to be called when the stream to a peer closes
-// and no newer stream from that peer has replaced it: the peer died,
-// restarted, was partitioned, fell behind, or was removed by SetPeers. It
-// is an early signal of failure, seconds before gossip. fn runs on the
-// stream's goroutine and must not block long; it is not called while Run
-// shuts down.
-func (p *Peers) OnPeerDown(fn func(federation.ReplicaID)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.onDown = append(p.onDown, fn)
 }

@@ -263,6 +263,7 @@ func (f *peerFleet) start(id federation.ReplicaID, listen string, edit ...func(*
 	opts := peerstream.PeerOptions{
 		Self: id, ListenAddr: listen, TLS: server, ClientTLS: client,
 		Handler:      n.rec,
+		OnPeerDown:   n.rec.down,
 		LocalDigest:  func() federation.Digest { return federation.Digest{peerCluster(id): {Term: 1, Owner: id}} },
 		Log:          n.log.logger(),
 		Metrics:      n.reg,
@@ -275,7 +276,6 @@ func (f *peerFleet) start(id federation.ReplicaID, listen string, edit ...func(*
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.OnPeerDown(n.rec.down)
 	n.peers = p
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel

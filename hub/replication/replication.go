@@ -115,7 +115,10 @@ func New(opts Options, deps Deps) (*Replicator, error) {
 		Self: opts.Self, ListenAddr: opts.PeerAddr,
 		TLS: opts.ServerTLS, ClientTLS: opts.ClientTLS,
 		Handler: mux, LocalDigest: deps.Store.Digest,
-		Log: opts.Log.WithName("peers"), Metrics: opts.Metrics,
+		// members is made below, once there are peers to give it; a
+		// stream goes down only after Run.
+		OnPeerDown: func(id federation.ReplicaID) { r.members.peerDown(id) },
+		Log:        opts.Log.WithName("peers"), Metrics: opts.Metrics,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
@@ -145,7 +148,6 @@ func New(opts Options, deps Deps) (*Replicator, error) {
 			return nil, fmt.Errorf("replication: %w", err)
 		}
 	}
-	r.peers.OnPeerDown(r.members.peerDown)
 	r.registerOwned(opts.Metrics, deps.Store, deps.Ownership)
 	r.membership, err = gossip.NewMembership(gossip.MembershipOptions{
 		ReplicaID: opts.Self, BindAddr: opts.GossipAddr, AdvertiseAddr: opts.GossipAdvertiseAddr,
