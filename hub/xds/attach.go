@@ -43,7 +43,7 @@ func (c *groupCache) attach(cur attachment, node *corev3.Node, md xdsnode.Metada
 	c.attached++
 	c.members[a.group]++
 	if a.sidecar != "" {
-		c.attachSidecarLocked(a.sidecar, node)
+		c.attachSidecarLocked(a.sidecar, node, md, a.group)
 		a.sc = c.sidecars[a.sidecar]
 	}
 	return a
@@ -53,13 +53,13 @@ func (c *groupCache) attach(cur attachment, node *corev3.Node, md xdsnode.Metada
 // its state when it is the first. The first sidecar of all also brings the
 // shared Envoy routes up to date, which no push maintains while there is
 // no sidecar.
-func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node) {
+func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node, md xdsnode.Metadata, g xdsgen.ProxyGroup) {
 	if sc := c.sidecars[id]; sc != nil {
 		sc.members++
 		return
 	}
 	services := c.meshServicesLocked()
-	sc := newSidecar(c.ledger, node, services, c.planner.Config(), c.opts)
+	sc := newSidecar(c.ledger, node, md, g, services, c.planner.Config(), c.opts)
 	if c.moveRouteSetLocked(xdsgen.RouteSet{}, sc.proxy.RouteSet()) || len(c.sidecars) == 0 {
 		c.writeRoutesLocked(services)
 	}

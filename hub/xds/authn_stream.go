@@ -284,7 +284,7 @@ func (r *rootPool) get(pem []byte) *x509.CertPool {
 }
 
 // authenticatedADS is the ADS service of the authenticated port: the one
-// stream server of the Server, whose callbacks authenticate a stream that
+// stream server of the Server, whose conns authenticate a stream that
 // comes this way (its context is marked).
 type authenticatedADS struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer

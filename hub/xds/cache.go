@@ -22,9 +22,9 @@ import (
 // cachev3.Cache.
 //
 // A proxy group's cache lives as long as a stream of the group is open:
-// each stream is attached to the group of its node on every request (the
-// stream server's request callback runs before the request's watch is
-// created), and when the last stream of a group closes, the group's
+// a stream is attached to the group of its node by the request that
+// brings that node (the stream's request hook runs before the request's
+// watch is created; its conn keeps the attachment), and when the last stream of a group closes, the group's
 // watch cache and everything the planner holds for it are freed. A group
 // that comes back is built afresh from the registry.
 type groupCache struct {

@@ -12,8 +12,8 @@ import (
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
-// streamKey identifies a stream: its protocol and the stream server's ID,
-// unique across protocols (the protocol is kept for logs and records).
+// streamKey identifies a stream in its status record: its protocol and
+// the stream server's ID, unique across protocols.
 type streamKey struct {
 	delta bool
 	id    int64
@@ -29,7 +29,6 @@ type streamKey struct {
 // what conns attach to them, for their readers.
 type conn struct {
 	s    *Server
-	key  streamKey
 	ctx  context.Context // the stream's; ends with it, carries its metadata
 	auth streamAuth
 	// node is the one the stream was last admitted with (the stream
@@ -53,9 +52,8 @@ func (s *Server) Open(ctx context.Context, id int64, delta bool) (ads.Stream, er
 	if err != nil {
 		return nil, err
 	}
-	k := streamKey{delta, id}
 	s.metrics.proxies.Inc()
-	return &conn{s: s, key: k, ctx: ctx, auth: auth, nacks: nackRuns{}, status: s.status.Open(delta, id)}, nil
+	return &conn{s: s, ctx: ctx, auth: auth, nacks: nackRuns{}, status: s.status.Open(delta, id)}, nil
 }
 
 // OnRequest takes a SotW request: refused (the stream ends) unless its

@@ -1,6 +1,6 @@
 // Package xds serves the hub's registry to proxies over ADS (State of the
 // World and Delta) with the hub's stream server (package ads), which
-// speaks go-control-plane's cache and callback interfaces.
+// reads go-control-plane's cache interface.
 //
 // The layering follows go-control-plane: the pusher writes resources into a
 // cache and the stream server only reads it. The cache is a groupCache:

@@ -36,12 +36,11 @@ func isEnvoy(node *corev3.Node, md xdsnode.Metadata) bool {
 // IP (the node ID's second field, else the first of INSTANCE_IPS), its
 // namespace (metadata NAMESPACE, else the node ID's) and how its traffic
 // reaches Envoy (INTERCEPTION_MODE, REDIRECT when unset).
-func sidecarOf(node *corev3.Node) (xdsgen.Sidecar, model.ClusterID, error) {
+func sidecarOf(node *corev3.Node, md xdsnode.Metadata) (xdsgen.Sidecar, model.ClusterID, error) {
 	id, err := xdsnode.ParseID(node.GetId())
 	if err != nil {
 		return xdsgen.Sidecar{}, "", fmt.Errorf("xds: Envoy node: %w", err)
 	}
-	md := xdsnode.MetadataOf(node.GetMetadata())
 	ipText := id.IP
 	if ipText == "" {
 		ipText, _, _ = strings.Cut(md.InstanceIPs, ",")
@@ -64,7 +63,7 @@ func sidecarOf(node *corev3.Node) (xdsgen.Sidecar, model.ClusterID, error) {
 			node.GetId(), xdsnode.MetadataInterceptionMode, m,
 			xdsgen.InterceptRedirect, xdsgen.InterceptTProxy, xdsgen.InterceptNone)
 	}
-	return sc, xdsnode.ClusterOf(node.GetMetadata()), nil
+	return sc, md.ClusterID, nil
 }
 
 // sidecarTypes are the types an Envoy sidecar gets from caches of its own:
@@ -149,12 +148,14 @@ func envoyRoutes(services []*model.MergedService, cfg *istioconfig.Snapshot, set
 	return out
 }
 
-// newSidecar builds the state of the Envoy node, its caches filled from
-// services under the Istio configuration cfg.
-func newSidecar(l *Ledger, node *corev3.Node, services []*model.MergedService, cfg *istioconfig.Snapshot, opts xdsgen.Options) *sidecar {
-	sc, cluster, err := sidecarOf(node)
-	s := &sidecar{proxy: sc, cluster: cluster, group: ProxyGroupOf(node), err: err, caches: map[string]*written{},
-		node: pod{ns: sc.Namespace, labels: model.NewLabels(xdsnode.MetadataOf(node.GetMetadata()).Labels)}}
+// newSidecar builds the state of the Envoy node, of metadata md and proxy
+// group g, its caches filled from services under the Istio configuration
+// cfg.
+func newSidecar(l *Ledger, node *corev3.Node, md xdsnode.Metadata, g xdsgen.ProxyGroup, services []*model.MergedService,
+	cfg *istioconfig.Snapshot, opts xdsgen.Options) *sidecar {
+	sc, cluster, err := sidecarOf(node, md)
+	s := &sidecar{proxy: sc, cluster: cluster, group: g, err: err, caches: map[string]*written{},
+		node: pod{ns: sc.Namespace, labels: model.NewLabels(md.Labels)}}
 	if err != nil {
 		return s
 	}
