@@ -76,7 +76,7 @@ var authzActions = []security.AuthorizationPolicy_Action{
 func AuthzHTTPFilters(policies []*istioconfig.AuthorizationPolicy, k ProxyKind, opts Options) []*hcmv3.HttpFilter {
 	var out []*hcmv3.HttpFilter
 	for _, action := range authzActions {
-		if action == security.AuthorizationPolicy_AUDIT && k == ProxyGRPC {
+		if action == security.AuthorizationPolicy_AUDIT && !k.Can().AuditAction.Can() {
 			continue
 		}
 		rules, _ := authzRBAC(policies, action, authzTarget{kind: k})
@@ -135,9 +135,9 @@ func AuthzNotes(p *istioconfig.AuthorizationPolicy) []RouteNote {
 			}
 			ns = []RouteNote{{Object: p.Key, Kind: t.kind, Field: "spec.action",
 				Reason: "CUSTOM (external authorization) is not supported; the workloads it selects deny every request"}}
-		case action == security.AuthorizationPolicy_AUDIT && t.kind == ProxyGRPC:
+		case action == security.AuthorizationPolicy_AUDIT && !t.kind.Can().AuditAction.Can():
 			ns = []RouteNote{{Object: p.Key, Kind: t.kind, Field: "spec.action",
-				Reason: "AUDIT is not supported for proxyless gRPC (its RBAC has no LOG action); the policy is not applied"}}
+				Reason: string(t.kind.Can().AuditAction) + "; the policy is not applied"}}
 		default:
 			_, ns = authzRBAC([]*istioconfig.AuthorizationPolicy{p}, action, t)
 		}
@@ -158,13 +158,10 @@ type authzTarget struct {
 }
 
 func (t authzTarget) String() string {
-	switch {
-	case t.kind == ProxyGRPC:
-		return "proxyless gRPC"
-	case t.tcp:
-		return "Envoy TCP chains"
+	if t.tcp {
+		return t.kind.String() + " TCP chains"
 	}
-	return "Envoy"
+	return t.kind.String()
 }
 
 // authzRBAC returns the RBAC rules of the policies with action for t, nil
@@ -403,8 +400,8 @@ func (b *ruleBuilder) condition(key string) (principalFunc, permissionFunc, stri
 	case "destination.port":
 		return nil, portPermission, ""
 	case "connection.sni":
-		if b.target.kind == ProxyGRPC {
-			return nil, nil, "connection.sni is not supported (grpc-go matches the server name as empty)"
+		if lack := b.target.kind.Can().SNIPrincipal; !lack.Can() {
+			return nil, nil, string(lack)
 		}
 		return nil, serverName, ""
 	}
@@ -433,8 +430,8 @@ func (b *ruleBuilder) headerName(name string) string {
 		return "an empty header name is not supported"
 	case strings.ContainsAny(name, "\x00\r\n"):
 		return "a header name with NUL, CR or LF is not supported"
-	case b.target.kind == ProxyGRPC && (name == ":scheme" || strings.HasPrefix(name, "grpc-")):
-		return fmt.Sprintf("header %q is not supported (grpc-go rejects :scheme and grpc-* matchers)", name)
+	case (name == ":scheme" || strings.HasPrefix(name, "grpc-")) && !b.target.kind.Can().GRPCHeaderPrincipals.Can():
+		return fmt.Sprintf("header %q is not supported (%s)", name, b.target.kind.Can().GRPCHeaderPrincipals)
 	}
 	return ""
 }
@@ -449,8 +446,8 @@ func (b *ruleBuilder) httpPermission(f permissionFunc) permissionFunc {
 }
 
 func (b *ruleBuilder) remoteIP(v string) (*rbacv3.Principal, string) {
-	if b.target.kind == ProxyGRPC {
-		return nil, "remote IP blocks (X-Forwarded-For) are not supported (grpc-go would match the peer address)"
+	if lack := b.target.kind.Can().RemoteIP; !lack.Can() {
+		return nil, string(lack)
 	}
 	c, why := authzCIDR(v)
 	if why != "" {

@@ -261,7 +261,7 @@ func policyNotes(tp *networking.TrafficPolicy, k ProxyKind, n notes) {
 
 // scratchCluster is a cluster with k's defaults, for policyNotes.
 func scratchCluster(k ProxyKind) *clusterv3.Cluster {
-	if k == ProxyGRPC {
+	if !k.Can().envoy() {
 		return &clusterv3.Cluster{LbPolicy: clusterv3.Cluster_ROUND_ROBIN}
 	}
 	return &clusterv3.Cluster{
@@ -287,7 +287,7 @@ func applyPolicy(c *clusterv3.Cluster, tp *networking.TrafficPolicy, k ProxyKind
 			tlsNotes(t, k, n.at("tls")) // the TLS itself is ServiceClusters' and outboundClusters'
 		}
 	}
-	if k == ProxyGRPC {
+	if !k.Can().envoy() {
 		return nil
 	}
 	return pool.protocolOptions(http2, n.at("connectionPool"))
@@ -358,8 +358,8 @@ func applySimpleLB(c *clusterv3.Cluster, simple networking.LoadBalancerSettings_
 	case networking.LoadBalancerSettings_LEAST_REQUEST, networking.LoadBalancerSettings_LEAST_CONN:
 		c.LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 	case networking.LoadBalancerSettings_RANDOM:
-		if k == ProxyGRPC {
-			n.addf("grpc-go has no RANDOM balancer; ROUND_ROBIN used")
+		if lack := k.Can().RandomLB; !lack.Can() {
+			n.addf("%s; ROUND_ROBIN used", lack)
 			c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 			return
 		}
@@ -380,25 +380,24 @@ func applySimpleLB(c *clusterv3.Cluster, simple networking.LoadBalancerSettings_
 // picking at random.
 func applyConsistentHash(c *clusterv3.Cluster, ch *networking.LoadBalancerSettings_ConsistentHashLB, k ProxyKind, n notes) {
 	hp := hashPolicy(ch)
-	if k == ProxyGRPC {
-		if hp.GetHeader() == nil {
-			if key := hashKeyField(ch); key != "" && key != "httpHeaderName" {
-				n.at(key).addf("grpc-go hashes only on headers; %s used", c.GetLbPolicy())
-			} else {
-				n.addf("no valid hash key; %s used", c.GetLbPolicy())
-			}
-			return
+	can := k.Can()
+	switch {
+	case !can.HashKeys.Can() && hp.GetHeader() == nil:
+		if key := hashKeyField(ch); key != "" && key != "httpHeaderName" {
+			n.at(key).addf("%s; %s used", can.HashKeys, c.GetLbPolicy())
+		} else {
+			n.addf("no valid hash key; %s used", c.GetLbPolicy())
 		}
-		if ch.GetMaglev() != nil {
-			n.at("maglev").addf("grpc-go has no Maglev balancer; RING_HASH used")
-		}
-		setRingHash(c, ch, n)
 		return
+	case hp == nil:
+		n.addf("no valid hash key; %s picks the ring's hosts at random", k)
 	}
-	if hp == nil {
-		n.addf("no valid hash key; Envoy picks the ring's hosts at random")
+	m := ch.GetMaglev()
+	if m != nil && !can.Maglev.Can() {
+		n.at("maglev").addf("%s; RING_HASH used", can.Maglev)
+		m = nil
 	}
-	if m := ch.GetMaglev(); m != nil {
+	if m != nil {
 		c.LbPolicy = clusterv3.Cluster_MAGLEV
 		c.LbConfig = nil
 		if size := m.GetTableSize(); size != 0 {
@@ -489,7 +488,7 @@ func applyConnectionPool(c *clusterv3.Cluster, cp *networking.ConnectionPoolSett
 	if cp == nil {
 		return poolOptions{}
 	}
-	if k == ProxyGRPC {
+	if !k.Can().envoy() {
 		proxylessPool(c, cp, n)
 		return poolOptions{}
 	}
@@ -672,7 +671,7 @@ func applyOutlierDetection(c *clusterv3.Cluster, od *networking.OutlierDetection
 		n.at("outlierDetectionHttpErrorCodes").addf("not supported yet; dropped")
 	}
 	var out *clusterv3.OutlierDetection
-	if k == ProxyGRPC {
+	if !k.Can().envoy() {
 		out = proxylessOutlier(od, n)
 	} else {
 		out = sidecarOutlier(c, od, n)

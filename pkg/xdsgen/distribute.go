@@ -193,8 +193,8 @@ func distributeNotes(ls *networking.LocalityLoadBalancerSetting, k ProxyKind, lb
 	if len(ls.GetFailover()) > 0 || len(ls.GetFailoverPriority()) > 0 {
 		n.addf("set with failover or failoverPriority (Istio rejects distribute with failover): for the proxies an entry's from matches, distribute decides; the others keep the failover priorities")
 	}
-	if k == ProxyGRPC && lbPolicy == clusterv3.Cluster_LEAST_REQUEST {
-		n.addf("grpc-go's least_request ignores locality weights: proxyless clients get only the localities an entry's to matches, balanced by requests alone")
+	if lack := k.Can().LocalityWeightedLeastRequest; !lack.Can() && lbPolicy == clusterv3.Cluster_LEAST_REQUEST {
+		n.addf("%s: %s clients get only the localities an entry's to matches, balanced by requests alone", lack, k)
 	}
 	for i, e := range ls.GetDistribute() {
 		if e == nil {

@@ -120,7 +120,7 @@ func dnsLoadAssignment(name string, targets []dnsTarget) *endpointv3.ClusterLoad
 func setDNS(c *clusterv3.Cluster, svc *model.Service, sp model.ServicePort, k ProxyKind) {
 	targets := dnsTargets(svc, sp)
 	typ := clusterv3.Cluster_LOGICAL_DNS
-	if k == ProxyEnvoy && svc.Resolution == model.ResolutionDNS {
+	if k.Can().StrictDNS.Can() && svc.Resolution == model.ResolutionDNS {
 		typ = clusterv3.Cluster_STRICT_DNS
 	}
 	if typ == clusterv3.Cluster_LOGICAL_DNS {
@@ -129,7 +129,7 @@ func setDNS(c *clusterv3.Cluster, svc *model.Service, sp model.ServicePort, k Pr
 	c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: typ}
 	c.EdsClusterConfig = nil
 	c.LoadAssignment = dnsLoadAssignment(c.GetName(), targets)
-	if k == ProxyEnvoy {
+	if k.Can().envoy() {
 		// grpc-go ignores the family (its DNS resolver asks for both).
 		c.DnsLookupFamily = dnsLookupFamily
 	}
@@ -156,6 +156,12 @@ func ServiceNotes(ms *model.MergedService, dr *istioconfig.DestinationRule) []st
 			out = append(out, n)
 		}
 	}
+	// every adds a note for every kind.
+	every := func(field string, format string, args ...any) {
+		for _, k := range Kinds {
+			add(field, k, format, args...)
+		}
+	}
 	ports := servicePorts(svc)
 	usable := 0 // endpoints that serve every port
 	for i := range svc.DNSEndpoints {
@@ -164,14 +170,12 @@ func ServiceNotes(ms *model.MergedService, dr *istioconfig.DestinationRule) []st
 		ok := true
 		if e.Host == "" {
 			ok = false
-			add(field, ProxyGRPC, "no host; dropped")
-			add(field, ProxyEnvoy, "no host; dropped")
+			every(field, "no host; dropped")
 		} else {
 			for _, sp := range ports {
 				if tp := e.TargetPort(sp); !validPort(tp) {
 					ok = false
-					add(field+".ports."+sp.Name, ProxyGRPC, "port %d is not in 1..65535; dropped from port %d", tp, sp.Port)
-					add(field+".ports."+sp.Name, ProxyEnvoy, "port %d is not in 1..65535; dropped from port %d", tp, sp.Port)
+					every(field+".ports."+sp.Name, "port %d is not in 1..65535; dropped from port %d", tp, sp.Port)
 				}
 			}
 		}
@@ -181,17 +185,19 @@ func ServiceNotes(ms *model.MergedService, dr *istioconfig.DestinationRule) []st
 	}
 	if len(ports) > 0 {
 		if usable == 0 {
-			add("dnsEndpoints", ProxyGRPC, "no usable endpoint; the hostname %s itself is resolved", svc.Hostname)
-			add("dnsEndpoints", ProxyEnvoy, "no usable endpoint; the hostname %s itself is resolved", svc.Hostname)
+			every("dnsEndpoints", "no usable endpoint; the hostname %s itself is resolved", svc.Hostname)
 		}
-		if usable > 1 {
-			add("dnsEndpoints[1:]", ProxyGRPC, "LOGICAL_DNS resolves only the first endpoint")
-			if svc.Resolution == model.ResolutionDNSRoundRobin {
-				add("dnsEndpoints[1:]", ProxyEnvoy, "LOGICAL_DNS (DNS_ROUND_ROBIN) resolves only the first endpoint")
+		for _, k := range Kinds {
+			strict := k.Can().StrictDNS
+			switch {
+			case usable > 1 && !strict.Can():
+				add("dnsEndpoints[1:]", k, "LOGICAL_DNS resolves only the first endpoint")
+			case usable > 1 && svc.Resolution == model.ResolutionDNSRoundRobin:
+				add("dnsEndpoints[1:]", k, "LOGICAL_DNS (DNS_ROUND_ROBIN) resolves only the first endpoint")
 			}
-		}
-		if svc.Resolution == model.ResolutionDNS {
-			add("resolution", ProxyGRPC, "grpc-go has no STRICT_DNS; DNS is resolved as LOGICAL_DNS, one name whose addresses are tried in turn, not balanced across")
+			if svc.Resolution == model.ResolutionDNS && !strict.Can() {
+				add("resolution", k, "%s; DNS is resolved as LOGICAL_DNS, one name whose addresses are tried in turn, not balanced across", strict)
+			}
 		}
 	}
 	if dr != nil {
@@ -200,9 +206,7 @@ func ServiceNotes(ms *model.MergedService, dr *istioconfig.DestinationRule) []st
 				continue
 			}
 			field := fmt.Sprintf("subsets[%d].labels", i)
-			for _, k := range []ProxyKind{ProxyGRPC, ProxyEnvoy} {
-				add(field, k, "DNS endpoints have no labels; subset %q takes every endpoint", s.GetName())
-			}
+			every(field, "DNS endpoints have no labels; subset %q takes every endpoint", s.GetName())
 		}
 	}
 	return out

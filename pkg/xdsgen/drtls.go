@@ -68,7 +68,7 @@ func tlsOverride(k ProxyKind, t *networking.ClientTLSSettings) (secure, decided 
 	case networking.ClientTLSSettings_DISABLE:
 		return false, true
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
-		return false, k != ProxyGRPC
+		return false, k.Can().OriginateTLS.Can()
 	}
 	return false, false
 }
@@ -300,14 +300,15 @@ func tlsNotes(t *networking.ClientTLSSettings, k ProxyKind, n notes) {
 			switch {
 			case len(t.GetSni()) > maxSNILength:
 				n.at("sni").addf("longer than %d bytes, which the proxy refuses; dropped", maxSNILength)
-			case k == ProxyGRPC:
-				// unmarshal_cds.go:373-380: SNI is read only with the flag.
-				n.at("sni").addf("grpc-go sends it only with GRPC_EXPERIMENTAL_XDS_SNI=true")
+			case !k.Can().MTLSSNI.Can():
+				// grpc-go's unmarshal_cds.go:373-380 reads SNI only with
+				// the flag.
+				n.at("sni").addf("%s", k.Can().MTLSSNI)
 			}
 		}
 	case networking.ClientTLSSettings_SIMPLE, networking.ClientTLSSettings_MUTUAL:
-		if k == ProxyGRPC {
-			n.at("mode").addf("%s: grpc-go takes TLS only from bootstrap certificate providers; auto mTLS applies", mode)
+		if lack := k.Can().OriginateTLS; !lack.Can() {
+			n.at("mode").addf("%s: %s; auto mTLS applies", mode, lack)
 			return
 		}
 		originationTLS(t, "", model.ProtocolHTTP2, n)

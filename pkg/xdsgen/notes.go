@@ -25,9 +25,9 @@ func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 			}
 		}
 	}
-	for _, kind := range []ProxyKind{ProxyGRPC, ProxyEnvoy} {
-		switch o := o.(type) {
-		case *istioconfig.VirtualService:
+	switch o := o.(type) {
+	case *istioconfig.VirtualService:
+		for _, kind := range Kinds {
 			add(streamRuleNotes(kind, o))
 			cfg := istioconfig.HostConfig{VirtualService: o}
 			for _, h := range o.Spec.GetHosts() {
@@ -37,19 +37,17 @@ func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 					add(ns)
 				}
 			}
-		case *istioconfig.DestinationRule:
-			add(ClusterNotes(kind, o))
-		case *istioconfig.Sidecar:
-			if kind == ProxyEnvoy {
-				// Sidecars scope Envoy sidecars only.
-				add(SidecarNotes(o))
-			}
-		case *istioconfig.AuthorizationPolicy:
-			if kind == ProxyGRPC {
-				// AuthzNotes covers every proxy kind at once.
-				add(AuthzNotes(o))
-			}
 		}
+	case *istioconfig.DestinationRule:
+		for _, kind := range Kinds {
+			add(ClusterNotes(kind, o))
+		}
+	case *istioconfig.Sidecar:
+		// Sidecars scope Envoy sidecars only.
+		add(SidecarNotes(o))
+	case *istioconfig.AuthorizationPolicy:
+		// AuthzNotes covers every proxy kind at once.
+		add(AuthzNotes(o))
 	}
 	return out
 }

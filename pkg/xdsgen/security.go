@@ -295,6 +295,10 @@ func (j *peerJudge) peer(e *model.Endpoint, tp uint32) peerTLS {
 // secure reports whether the cluster of port sp over the endpoints of eps
 // that member selects (nil: all) is secure for proxies of kind k.
 func (j *peerJudge) secure(k ProxyKind, eps []model.Endpoint, sp model.ServicePort, member []bool) bool {
+	// Envoy picks TLS per endpoint (by its metadata), so it needs one
+	// endpoint that takes mutual TLS; grpc-go picks per cluster, so it
+	// needs none that refuses it.
+	perEndpoint := k.Can().envoy()
 	n := 0
 	for i := range eps {
 		e := &eps[i]
@@ -306,16 +310,14 @@ func (j *peerJudge) secure(k ProxyKind, eps []model.Endpoint, sp model.ServicePo
 			continue
 		}
 		n++
-		// Envoy needs one endpoint that takes mutual TLS, grpc-go none
-		// that refuses it.
 		switch p := j.peer(e, tp); {
-		case k == ProxyEnvoy && p == peerTakes:
+		case perEndpoint && p == peerTakes:
 			return true
-		case k != ProxyEnvoy && p == peerRefuses:
+		case !perEndpoint && p == peerRefuses:
 			return false
 		}
 	}
-	if k == ProxyEnvoy {
+	if perEndpoint {
 		return false
 	}
 	// No endpoint refuses it; none at all follows the default.

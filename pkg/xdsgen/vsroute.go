@@ -27,25 +27,6 @@ import (
 	"github.com/meshfed/meshfed/pkg/model"
 )
 
-// ProxyKind is the kind of proxy that resources are generated for. The
-// two kinds accept different subsets of xDS, so a VirtualService
-// translates differently for each (see RouteNotes).
-type ProxyKind int
-
-const (
-	// ProxyGRPC is a proxyless grpc-go client (v1.85's xDS resolver).
-	ProxyGRPC ProxyKind = iota
-	// ProxyEnvoy is an Envoy sidecar (upstream Envoy 1.40).
-	ProxyEnvoy
-)
-
-func (k ProxyKind) String() string {
-	if k == ProxyEnvoy {
-		return "Envoy"
-	}
-	return "proxyless gRPC"
-}
-
 // Names of the HTTP filters that VirtualService routes configure per
 // route. Every HCM that may carry such routes has the filter (with an
 // empty, inert configuration), so a VirtualService change never needs a
@@ -122,7 +103,7 @@ func virtualServiceRoutes(kind ProxyKind, h model.Hostname, port uint32, cfg ist
 			return nil
 		}
 	}
-	t := &translator{kind: kind, port: port, vs: vs, class: class, domainSuffix: domainSuffix, drs: drs}
+	t := &translator{kind: kind, can: kind.Can(), port: port, vs: vs, class: class, domainSuffix: domainSuffix, drs: drs}
 	var out []*routev3.Route
 	for i, rule := range vs.Spec.GetHttp() {
 		routes, catchAll := t.rule(fmt.Sprintf("spec.http[%d]", i), rule)
@@ -139,6 +120,7 @@ func virtualServiceRoutes(kind ProxyKind, h model.Hostname, port uint32, cfg ist
 // port and proxy kind needs, and collects its notes.
 type translator struct {
 	kind         ProxyKind
+	can          *Capabilities
 	port         uint32
 	vs           *istioconfig.VirtualService
 	class        istioconfig.RouteClass
@@ -151,7 +133,15 @@ func (t *translator) note(field, format string, args ...any) {
 	t.notes = append(t.notes, RouteNote{Object: t.vs.Key, Kind: t.kind, Field: field, Reason: fmt.Sprintf(format, args...)})
 }
 
-func (t *translator) grpc() bool { return t.kind == ProxyGRPC }
+// lacks notes, when the kind lacks l, that field was left out (what says
+// how: "rule left out", "dropped"), and reports whether it does.
+func (t *translator) lacks(l Lack, field, what string) bool {
+	if l.Can() {
+		return false
+	}
+	t.note(field, "%s; %s", l, what)
+	return true
+}
 
 // rule translates one HTTP rule into one route per applicable match.
 // catchAll reports that a route matches every request, so later rules
@@ -197,15 +187,13 @@ func (t *translator) ruleSupported(p string, r *networking.HTTPRoute) bool {
 	case r.GetDelegate() != nil:
 		t.note(p+".delegate", "delegate VirtualServices are not supported yet; rule left out")
 		return false
-	case t.grpc() && r.GetRedirect() != nil:
-		t.note(p+".redirect", "grpc-go fails RPCs on a redirect route; rule left out")
+	case r.GetRedirect() != nil && t.lacks(t.can.Redirect, p+".redirect", "rule left out"):
 		return false
-	case t.grpc() && r.GetDirectResponse() != nil:
-		t.note(p+".directResponse", "grpc-go fails RPCs on a direct-response route; rule left out")
+	case r.GetDirectResponse() != nil && t.lacks(t.can.DirectResponse, p+".directResponse", "rule left out"):
 		return false
-	case t.grpc() && (r.GetRewrite().GetUri() != "" || r.GetRewrite().GetUriRegexRewrite() != nil):
-		// Without the rewrite the RPC would reach another method.
-		t.note(p+".rewrite.uri", "grpc-go cannot rewrite the path; rule left out")
+	case (r.GetRewrite().GetUri() != "" || r.GetRewrite().GetUriRegexRewrite() != nil) &&
+		t.lacks(t.can.PathRewrite, p+".rewrite.uri", "rule left out"):
+		// Without the rewrite the call would reach another path.
 		return false
 	case r.GetRedirect() == nil && r.GetDirectResponse() == nil && len(r.GetRoute()) == 0:
 		t.note(p+".route", "no destination; rule left out")
@@ -324,12 +312,11 @@ func (t *translator) sourceAdmits(p string, m *networking.HTTPMatchRequest) bool
 	if len(m.GetSourceLabels()) == 0 && m.GetSourceNamespace() == "" {
 		return true
 	}
-	if t.grpc() {
-		f := ".sourceLabels"
-		if len(m.GetSourceLabels()) == 0 {
-			f = ".sourceNamespace"
-		}
-		t.note(p+f, "proxyless gRPC clients share their routes, so a match on the client cannot be evaluated; match left out")
+	f := ".sourceLabels"
+	if len(m.GetSourceLabels()) == 0 {
+		f = ".sourceNamespace"
+	}
+	if t.lacks(t.can.ClientMatch, p+f, "match left out") {
 		return false
 	}
 	return t.class.Admits(m)
@@ -361,8 +348,7 @@ func (t *translator) headerMatches(p string, headers map[string]*networking.Stri
 			t.note(hp, "not a valid HTTP header name; match left out")
 			return false
 		}
-		if t.grpc() && strings.HasPrefix(name, ":") {
-			t.note(hp, "grpc-go does not match pseudo-headers; match left out")
+		if strings.HasPrefix(name, ":") && t.lacks(t.can.PseudoHeaderMatch, hp, "match left out") {
 			return false
 		}
 		sm := headers[name]
@@ -371,10 +357,9 @@ func (t *translator) headerMatches(p string, headers map[string]*networking.Stri
 			hm.InvertMatch = true
 		}
 		if invert && !hm.GetPresentMatch() {
-			if t.grpc() {
-				// grpc-go fails every value matcher on a missing header,
-				// inverted or not; Istio's withoutHeaders matches it.
-				t.note(hp, "grpc-go cannot match a missing header by value; match left out")
+			// grpc-go fails every value matcher on a missing header,
+			// inverted or not; Istio's withoutHeaders matches it.
+			if t.lacks(t.can.MissingHeaderMatch, hp, "match left out") {
 				return false
 			}
 			hm.TreatMissingHeaderAsEmpty = true
@@ -414,7 +399,7 @@ func stringMatcher(sm *networking.StringMatch) *matcherv3.StringMatcher {
 // gRPC call is a POST, so a method match is decided here.
 func (t *translator) pseudoHeaderMatches(p string, m *networking.HTTPMatchRequest, out *routev3.RouteMatch) bool {
 	if sm := m.GetMethod(); sm != nil {
-		if t.grpc() {
+		if !t.can.MethodMatch.Can() {
 			if !matchesString(sm, "POST") {
 				return false // never matches a gRPC call: no route needed
 			}
@@ -425,12 +410,12 @@ func (t *translator) pseudoHeaderMatches(p string, m *networking.HTTPMatchReques
 	for _, f := range []struct {
 		field, header string
 		sm            *networking.StringMatch
-	}{{"authority", ":authority", m.GetAuthority()}, {"scheme", ":scheme", m.GetScheme()}} {
+		lack          Lack
+	}{{"authority", ":authority", m.GetAuthority(), t.can.AuthorityMatch}, {"scheme", ":scheme", m.GetScheme(), t.can.SchemeMatch}} {
 		if f.sm == nil {
 			continue
 		}
-		if t.grpc() {
-			t.note(p+"."+f.field, "grpc-go does not match the %s; match left out", f.field)
+		if t.lacks(f.lack, p+"."+f.field, "match left out") {
 			return false
 		}
 		out.Headers = append(out.Headers, headerMatcher(f.header, f.sm))
@@ -463,8 +448,7 @@ func (t *translator) queryMatches(p string, params map[string]*networking.String
 	if len(params) == 0 {
 		return true
 	}
-	if t.grpc() {
-		t.note(p, "grpc-go ignores routes with query parameter matches; match left out")
+	if t.lacks(t.can.QueryMatch, p, "match left out") {
 		return false
 	}
 	for _, name := range sortedKeys(params) {
@@ -595,7 +579,7 @@ func (t *translator) hashPolicies(p string, host model.Hostname, port uint32, su
 // ignore the others: they are left out for it, and dropped says so.
 func hashPoliciesFor(kind ProxyKind, dr *istioconfig.DestinationRule, port uint32, subset string) (hps []*routev3.RouteAction_HashPolicy, dropped bool) {
 	all := HashPolicies(dr, port, subset)
-	if kind != ProxyGRPC {
+	if kind.Can().HashKeys.Can() {
 		return all, false
 	}
 	for _, hp := range all {
@@ -619,7 +603,7 @@ func hashPoliciesFor(kind ProxyKind, dr *istioconfig.DestinationRule, port uint3
 // router timeout would start after the delay).
 func (t *translator) timeout(r *networking.HTTPRoute, action *routev3.RouteAction) {
 	d := r.GetTimeout()
-	if t.grpc() {
+	if !t.can.envoy() {
 		if d != nil {
 			action.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: d}
 		}
@@ -657,7 +641,7 @@ const (
 // retries.
 func (t *translator) retries(p string, in *networking.HTTPRetry, action *routev3.RouteAction) {
 	if in == nil {
-		if !t.grpc() {
+		if t.can.envoy() {
 			action.RetryPolicy = defaultRetryPolicy()
 			if len(action.HashPolicy) > 0 {
 				// Retrying on another host breaks session affinity.
@@ -672,9 +656,9 @@ func (t *translator) retries(p string, in *networking.HTTPRetry, action *routev3
 	retryOn := in.GetRetryOn()
 	switch {
 	case retryOn != "":
-	case t.grpc():
+	case !t.can.RetryConditions.Can():
 		// The gRPC codes among Istio's defaults; the others (connection
-		// failures) are grpc-go's business anyway.
+		// failures) are the client's business anyway.
 		retryOn = istioDefaultGRPCRetryOn
 	default:
 		retryOn = istioDefaultRetryOn
@@ -688,15 +672,14 @@ func (t *translator) retries(p string, in *networking.HTTPRetry, action *routev3
 	if b := in.GetBackoff(); b != nil {
 		rp.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: b}
 	}
-	if t.grpc() {
-		if in.GetPerTryTimeout() != nil {
-			t.note(p+".perTryTimeout", "grpc-go ignores per-try timeouts; dropped")
-		}
+	if in.GetPerTryTimeout() != nil && !t.lacks(t.can.PerTryTimeout, p+".perTryTimeout", "dropped") {
+		rp.PerTryTimeout = in.GetPerTryTimeout()
+	}
+	if !t.can.envoy() {
 		action.RetryPolicy = rp
 		return
 	}
 	rp.RetriableStatusCodes = codes
-	rp.PerTryTimeout = in.GetPerTryTimeout()
 	rp.HostSelectionRetryMaxAttempts = 5
 	if in.GetRetryIgnorePreviousHosts().GetValue() || (in.GetRetryIgnorePreviousHosts() == nil && len(action.HashPolicy) == 0) {
 		rp.RetryHostPredicate = defaultRetryPolicy().RetryHostPredicate
@@ -719,8 +702,8 @@ func (t *translator) retryConditions(p, retryOn string) (conds []string, codes [
 		case part == "":
 		case slices.Contains(grpcRetryOn, part):
 			conds = appendNew(conds, part)
-		case t.grpc():
-			t.note(p, "grpc-go retries only on gRPC status codes: %q dropped", part)
+		case !t.can.RetryConditions.Can():
+			t.note(p, "%s: %q dropped", t.can.RetryConditions, part)
 		case slices.Contains(envoyRetryOn, part):
 			conds = appendNew(conds, part)
 		case err == nil && n >= 100 && n <= 599:
@@ -751,9 +734,10 @@ func (t *translator) rewrite(p string, rw *networking.HTTPRewrite, action *route
 	if rw == nil {
 		return
 	}
-	if t.grpc() {
+	if !t.can.AuthorityRewrite.Can() {
+		// A path rewrite is PathRewrite's (ruleSupported).
 		if rw.GetAuthority() != "" {
-			t.note(p+".authority", "grpc-go cannot rewrite the authority; dropped")
+			t.lacks(t.can.AuthorityRewrite, p+".authority", "dropped")
 		}
 		return
 	}
@@ -847,9 +831,9 @@ func directResponse(dr *networking.HTTPDirectResponse) *routev3.DirectResponseAc
 // the deprecated mirrorPercent, and mirrors[]). grpc-go cannot mirror:
 // dropped, the primary call is unchanged.
 func (t *translator) mirrors(p string, r *networking.HTTPRoute, action *routev3.RouteAction) {
-	if t.grpc() {
+	if !t.can.Mirror.Can() {
 		if r.GetMirror() != nil || len(r.GetMirrors()) > 0 {
-			t.note(p+".mirror", "grpc-go cannot mirror requests; dropped")
+			t.lacks(t.can.Mirror, p+".mirror", "dropped")
 		}
 		return
 	}
@@ -932,8 +916,7 @@ func (t *translator) headerOps(p string, h *networking.Headers) (headerOps, bool
 	if h == nil {
 		return headerOps{}, false
 	}
-	if t.grpc() {
-		t.note(p, "grpc-go does not change headers; dropped")
+	if t.lacks(t.can.HeaderOps, p, "dropped") {
 		return headerOps{}, false
 	}
 	var ops headerOps
@@ -1019,8 +1002,7 @@ func (t *translator) perFilterConfig(p string, r *networking.HTTPRoute, out *rou
 	if c := r.GetCorsPolicy(); c != nil {
 		cp := corsPolicy(c)
 		switch err := cp.ValidateAll(); {
-		case t.grpc():
-			t.note(p+".corsPolicy", "grpc-go does not apply CORS; dropped")
+		case t.lacks(t.can.CORS, p+".corsPolicy", "dropped"):
 		case err != nil:
 			t.note(p+".corsPolicy", "Envoy would refuse it: %v; dropped", err)
 		default:
