@@ -3,7 +3,6 @@ package xds
 import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/meshfed/meshfed/hub/xds/ads"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -43,61 +42,44 @@ func (c *groupCache) attach(cur attachment, node *corev3.Node, md xdsnode.Metada
 	c.attached++
 	c.members[a.group]++
 	if a.sidecar != "" {
-		c.attachSidecarLocked(a.sidecar, node, md, a.group)
+		c.attachSidecarLocked(a.sidecar, node, md)
 		a.sc = c.sidecars[a.sidecar]
 	}
 	return a
 }
 
-// attachSidecarLocked counts one more stream of the Envoy node, building
-// its state when it is the first. The first sidecar of all also brings the
-// shared Envoy routes up to date, which no push maintains while there is
-// no sidecar.
-func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node, md xdsnode.Metadata, g xdsgen.ProxyGroup) {
+// attachSidecarLocked counts one more stream of the Envoy node, adding
+// it to the Envoy planner and building its caches when it is the first.
+// The shared routes the node brings (a new route set, or all of them for
+// the first sidecar: no push maintains them while there is none) are
+// written at once.
+func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node, md xdsnode.Metadata) {
 	if sc := c.sidecars[id]; sc != nil {
 		sc.members++
 		return
 	}
-	services := c.meshServicesLocked()
-	sc := newSidecar(c.ledger, node, md, g, services, c.planner.Config(), c.opts)
-	if c.moveRouteSetLocked(xdsgen.RouteSet{}, sc.proxy.RouteSet()) || len(c.sidecars) == 0 {
-		c.writeRoutesLocked(services)
+	proxy, cluster, err := sidecarOf(node, md)
+	sc := &sidecar{err: err}
+	if err == nil {
+		n := xdsgen.SidecarNode{Proxy: proxy, Cluster: cluster,
+			Claimed: xdsgen.Workload{Namespace: proxy.Namespace, Labels: model.NewLabels(md.Labels)}}
+		initial, routes := c.envoy.Add(id, n, c.meshServicesLocked(), c.planner.Config())
+		sc = newSidecar(c.ledger, initial)
+		c.writeRoutesLocked(routes)
 	}
 	sc.members = 1
 	c.sidecars[id] = sc
 	c.metrics.sidecars.Set(float64(len(c.sidecars)))
 }
 
-// moveRouteSetLocked counts one held sidecar as of route set to rather
-// than from, and reports whether that changed the sets whose routes
-// envoyRoutes holds.
-func (c *groupCache) moveRouteSetLocked(from, to xdsgen.RouteSet) bool {
-	if from == to {
-		return false
-	}
-	changed := false
-	if !from.IsDefault() {
-		if c.routeSets[from]--; c.routeSets[from] == 0 {
-			delete(c.routeSets, from)
-			changed = true
-		}
-	}
-	if !to.IsDefault() {
-		changed = changed || c.routeSets[to] == 0
-		c.routeSets[to]++
-	}
-	c.metrics.routeSets.Set(float64(len(c.routeSets)))
-	return changed
-}
-
-// writeRoutesLocked brings the shared Envoy routes up to date outside a
-// push: for the first sidecar of all (no push maintains them while there
-// is none) and when a sidecar arrives with, or the last leaves with, a
-// route set of its own.
-func (c *groupCache) writeRoutesLocked(services []*model.MergedService) {
-	if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, c.planner.Config(), c.routeSets, c.opts)); ok {
+// writeRoutesLocked writes changes of the shared Envoy routes made outside
+// a push (a sidecar's arrival or departure), and updates the route-set
+// gauge.
+func (c *groupCache) writeRoutesLocked(ch xdsgen.Changes) {
+	c.metrics.routeSets.Set(float64(c.envoy.RouteSets()))
+	if !ch.Empty() {
 		// Updating only fails for a nil resource.
-		_ = w.cache.UpdateResources(w.Upsert, w.Delete)
+		_ = c.envoyRoutes.UpdateResources(ch.Upsert, ch.Delete)
 	}
 }
 
@@ -143,8 +125,8 @@ func (c *groupCache) detachLocked(a attachment) {
 			delete(c.sidecars, a.sidecar)
 			sc.release(c.ledger)
 			c.metrics.sidecars.Set(float64(len(c.sidecars)))
-			if c.moveRouteSetLocked(sc.proxy.RouteSet(), xdsgen.RouteSet{}) && len(c.sidecars) > 0 {
-				c.writeRoutesLocked(c.meshServicesLocked())
+			if sc.err == nil {
+				c.writeRoutesLocked(c.envoy.Remove(a.sidecar, c.meshServicesLocked(), c.planner.Config()))
 			}
 		}
 	}

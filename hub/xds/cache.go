@@ -49,18 +49,13 @@ type groupCache struct {
 	attached int                              // streams attached (each conn holds its attachment)
 	members  map[xdsgen.ProxyGroup]int        // open streams per group (never 0)
 
-	// Envoy sidecars: their shared routes (named by port and route set),
-	// and per node ID their own listeners and clusters (see sidecar).
-	envoyRoutes *written
+	// Envoy sidecars: the planner of what they get besides load
+	// assignments, the cache of their shared routes (named by port and
+	// route set), and per node ID their own caches (see sidecar). The
+	// planner holds exactly the sidecars without err.
+	envoy       *xdsgen.SidecarPlanner
+	envoyRoutes *versioned
 	sidecars    map[string]*sidecar
-	// routeSets counts the held sidecars of each route set but the
-	// default (a route class under a Sidecar scope): envoyRoutes holds
-	// the routes of exactly these sets besides the default's.
-	routeSets map[xdsgen.RouteSet]int
-	// shapes holds every service's shape as last planned, kept whether or
-	// not a sidecar is held, so that a push can tell whether sidecars'
-	// outbound side changed at all.
-	shapes map[model.Hostname]shape
 
 	// secrets is always empty: the hub serves no SDS secrets over ADS. An
 	// Envoy sidecar that asks for one (a DestinationRule's credentialName)
@@ -87,10 +82,9 @@ func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, 
 		planner:     xdsgen.NewPlanner(opts),
 		eds:         map[xdsgen.ProxyGroup]*versioned{},
 		members:     map[xdsgen.ProxyGroup]int{},
-		envoyRoutes: newWritten(l, resourcev3.RouteType, nil),
+		envoy:       xdsgen.NewSidecarPlanner(opts),
+		envoyRoutes: l.newCache(resourcev3.RouteType, nil),
 		sidecars:    map[string]*sidecar{},
-		routeSets:   map[xdsgen.RouteSet]int{},
-		shapes:      map[model.Hostname]shape{},
 		secrets:     l.newCache(resourcev3.SecretType, nil),
 	}
 	for _, t := range xdsgen.SharedTypes {
@@ -131,12 +125,12 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 		updates[i] = xdsgen.ServiceUpdate{Hostname: h, Service: istioconfig.MergeEntry(service(h), cfg.Entry(h))}
 	}
 	p := c.planner.Plan(updates)
-	reshaped := c.reshapeLocked(updates)
-	if secChanged {
-		// Every sidecar's clusters follow auto mTLS, and its inbound
-		// chains its own policy.
-		reshaped.sidecars = true
+	var services []*model.MergedService // read by the Envoy planner only while it holds a node
+	if c.envoy.Nodes() > 0 {
+		services = c.meshServicesLocked()
 	}
+	sp := c.envoy.Plan(updates, services, c.planner.Config(), secChanged)
+	c.metrics.routeSets.Set(float64(c.envoy.RouteSets()))
 	out := make([]write, 0, len(p.Shared)+len(p.Groups)+1)
 	if in := c.refreshInboundLocked(updates, secChanged); len(in) > 0 {
 		out = append(out, write{typeURL: resourcev3.ListenerType, cache: c.shared[resourcev3.ListenerType], Changes: xdsgen.Changes{Upsert: in}})
@@ -147,7 +141,28 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	for g, ch := range p.Groups {
 		out = append(out, write{typeURL: resourcev3.EndpointType, cache: c.eds[g], Changes: ch})
 	}
-	return append(out, c.planSidecarsLocked(reshaped)...)
+	return append(out, c.sidecarWritesLocked(sp)...)
+}
+
+// sidecarWritesLocked returns the writes of the Envoy planner's plan, in
+// the order it gives.
+func (c *groupCache) sidecarWritesLocked(sp xdsgen.SidecarPlan) []write {
+	var out []write
+	if len(sp.Routes.Upsert) > 0 {
+		out = append(out, write{typeURL: resourcev3.RouteType, cache: c.envoyRoutes, Changes: sp.Routes})
+	}
+	for id, byType := range sp.Nodes {
+		sc := c.sidecars[id]
+		for _, t := range xdsgen.SidecarTypes {
+			if ch, ok := byType[t]; ok {
+				out = append(out, write{typeURL: t, cache: sc.caches[t], Changes: ch})
+			}
+		}
+	}
+	if len(sp.RoutesGone) > 0 {
+		out = append(out, write{typeURL: resourcev3.RouteType, cache: c.envoyRoutes, Changes: xdsgen.Changes{Delete: sp.RoutesGone}})
+	}
+	return out
 }
 
 // seal ends the config epoch of the last plan once its writes are done
@@ -204,104 +219,6 @@ func union(a, b []model.Hostname) []model.Hostname {
 	return a
 }
 
-// reshape says what of Envoy sidecars' outbound side a push changes.
-type reshape struct {
-	// routes: the shared route configurations (a service's definition, a
-	// VirtualService, or a DestinationRule's hash policy changed).
-	routes bool
-	// sidecars: every sidecar's listeners and clusters (a service's
-	// definition or service accounts, or a DestinationRule, changed). A
-	// VirtualService alone leaves them as they are.
-	sidecars bool
-}
-
-// reshapeLocked records the shapes of the updated services and reports
-// what of the sidecars' outbound side their changes touch.
-func (c *groupCache) reshapeLocked(updates []xdsgen.ServiceUpdate) reshape {
-	var r reshape
-	for _, u := range updates {
-		old, had := c.shapes[u.Hostname]
-		if u.Service == nil {
-			delete(c.shapes, u.Hostname)
-			if had {
-				r = reshape{routes: true, sidecars: true}
-			}
-			continue
-		}
-		sh := shapeOf(u.Service, c.planner.Config(), c.opts)
-		switch {
-		case !had || !old.sameService(sh) || old.cfg.DestinationRule != sh.cfg.DestinationRule:
-			r = reshape{routes: true, sidecars: true}
-		case old.cfg.VirtualService != sh.cfg.VirtualService:
-			r.routes = true
-		}
-		c.shapes[u.Hostname] = sh
-	}
-	return r
-}
-
-// planSidecarsLocked returns the writes that bring Envoy sidecars' caches
-// up to date after a push, given the push's planned load-assignment
-// changes and what its changes touch (see reshape). When nothing of their
-// outbound side changed (endpoints moved, the common case), only the
-// sidecars whose pods started or stopped serving a port, or whose policy,
-// Sidecar scope or route class changed, are regenerated; a VirtualService
-// change regenerates the shared routes (and the listeners of the sidecars
-// whose route set it changes, which name their set's routes); otherwise
-// every sidecar's listeners and clusters are, from all services, and the
-// shared routes. The load assignments of the EDS clusters written anew
-// follow them on each stream that is sent them (ads.Rewarming).
-func (c *groupCache) planSidecarsLocked(r reshape) []write {
-	if len(c.sidecars) == 0 {
-		return nil
-	}
-	services := c.meshServicesLocked()
-	cfg := c.planner.Config()
-	pods := indexPods(services)
-	type replan struct {
-		sc *sidecar
-		st sidecarState
-	}
-	var replans []replan
-	setsChanged := false
-	for _, sc := range c.sidecars {
-		if sc.err != nil {
-			continue
-		}
-		st := sc.state(services, pods, cfg)
-		if !r.sidecars && sc.same(st) {
-			continue
-		}
-		setsChanged = c.moveRouteSetLocked(sc.proxy.RouteSet(), st.routeSet()) || setsChanged
-		replans = append(replans, replan{sc, st})
-	}
-	var out []write
-	// New and changed routes first, so that a sidecar moved to a new set
-	// finds them; the routes of sets left empty last, once no listener
-	// names them (Envoy would route by an empty configuration meanwhile).
-	var gone *write
-	if r.routes || setsChanged {
-		if w, ok := c.envoyRoutes.diff(resourcev3.RouteType, envoyRoutes(services, cfg, c.routeSets, c.opts)); ok {
-			if len(w.Upsert) > 0 {
-				up := w
-				up.Delete = nil
-				out = append(out, up)
-			}
-			if len(w.Delete) > 0 {
-				w.Upsert = nil
-				gone = &w
-			}
-		}
-	}
-	for _, p := range replans {
-		out = append(out, p.sc.replan(services, cfg, p.st, c.opts)...)
-	}
-	if gone != nil {
-		out = append(out, *gone)
-	}
-	return out
-}
-
 // pick returns the cache of typeURL for a stream attached to at, whose
 // conn (nil for a watch from elsewhere) keeps its group's load-assignment
 // cache once found: after a stream's first request of a type, its watches
@@ -335,7 +252,7 @@ var errUnservedType = errors.New("xds: type not served")
 func (c *groupCache) pickSidecar(typeURL string, at attachment) (*versioned, error) {
 	switch typeURL {
 	case resourcev3.RouteType:
-		return c.envoyRoutes.lc, nil
+		return c.envoyRoutes, nil
 	case resourcev3.SecretType:
 		return c.secrets, nil
 	}
@@ -351,8 +268,8 @@ func (c *groupCache) pickSidecar(typeURL string, at attachment) (*versioned, err
 	if sc.err != nil {
 		return nil, sc.err
 	}
-	if w, ok := sc.caches[typeURL]; ok {
-		return w.lc, nil
+	if lc, ok := sc.caches[typeURL]; ok {
+		return lc, nil
 	}
 	return nil, fmt.Errorf("%w to Envoy sidecars: %q", errUnservedType, typeURL)
 }

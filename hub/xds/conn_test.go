@@ -85,7 +85,7 @@ func sidecarClusterVersion(s *Server, id, name string) string {
 	if sc == nil {
 		return ""
 	}
-	lc := sc.caches[resourcev3.ClusterType].lc
+	lc := sc.caches[resourcev3.ClusterType]
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	if e := lc.resources[name]; e != nil {

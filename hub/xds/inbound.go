@@ -39,18 +39,18 @@ func (c *groupCache) addInbound(typeURL string, cluster model.ClusterID, lc *ver
 }
 
 // workloadLookupLocked returns the policy lookup of proxyless servers'
-// inbound listeners: by the registry's Pod at the address (indexPods),
+// inbound listeners: by the registry's Pod at the address (xdsgen.IndexPods),
 // under the planner's configuration; a Pod the registry does not know
 // gets mesh-wide policy. The registry is indexed on the first call, so a
 // refresh of many listeners reads it once.
 func (c *groupCache) workloadLookupLocked() xdsgen.WorkloadLookup {
-	var x pods
+	var x xdsgen.Pods
 	cfg := c.planner.Config()
 	return func(cluster model.ClusterID, ip netip.Addr) istioconfig.WorkloadSecurity {
 		if x == nil {
-			x = indexPods(c.meshServicesLocked())
+			x = xdsgen.IndexPods(c.meshServicesLocked())
 		}
-		sec, _ := x.security(cfg, cluster, ip, "")
+		sec, _ := x.Security(cfg, cluster, ip, "")
 		return sec
 	}
 }

@@ -86,8 +86,7 @@ func TestServiceEntriesPlanned(t *testing.T) {
 		t.Errorf("echo's assignment %v, want the Pod and the VM in one priority", cla)
 	}
 	// The Envoy sidecar holds a DNS cluster of the DNS entry.
-	sc := c.sidecars[node.GetId()]
-	dnsCluster, _ := sc.caches[resourcev3.ClusterType].last["outbound|8080||a.dns.test"].(*clusterv3.Cluster)
+	dnsCluster, _ := c.envoy.Node(node.GetId()).Written(resourcev3.ClusterType)["outbound|8080||a.dns.test"].(*clusterv3.Cluster)
 	if dnsCluster.GetType() != clusterv3.Cluster_STRICT_DNS {
 		t.Errorf("sidecar's DNS entry cluster %v", dnsCluster)
 	}

@@ -37,11 +37,12 @@ func TestSidecarConfigChanges(t *testing.T) {
 	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
 	c.plan([]model.Hostname{echo}, st.Service, nil)
 	sc := c.sidecars[node.GetId()]
+	scn := c.envoy.Node(node.GetId())
 	writesTo := func(ws []write, typeURL string) []string {
 		var names []string
 		for _, w := range ws {
-			if w.typeURL == typeURL && (typeURL == resourcev3.RouteType && w.cache == c.envoyRoutes.lc ||
-				typeURL == resourcev3.ClusterType && w.cache == sc.caches[typeURL].lc) {
+			if w.typeURL == typeURL && (typeURL == resourcev3.RouteType && w.cache == c.envoyRoutes ||
+				typeURL == resourcev3.ClusterType && w.cache == sc.caches[typeURL]) {
 				for n := range w.Upsert {
 					names = append(names, n)
 				}
@@ -58,12 +59,12 @@ func TestSidecarConfigChanges(t *testing.T) {
 			Retries: &networking.HTTPRetry{Attempts: 0},
 		}},
 	}}
-	before := sc.replans
+	before := scn.Replans()
 	ws := c.plan(nil, st.Service, configOf(vs))
 	if got := writesTo(ws, resourcev3.RouteType); len(got) == 0 {
 		t.Errorf("a VirtualService did not rewrite the sidecars' routes")
 	}
-	if sc.replans != before {
+	if scn.Replans() != before {
 		t.Errorf("a VirtualService regenerated the sidecar's listeners and clusters")
 	}
 
@@ -75,8 +76,8 @@ func TestSidecarConfigChanges(t *testing.T) {
 	if got, want := writesTo(ws, resourcev3.ClusterType), xdsgen.SubsetClusterName(echo, 8080, "v1"); !slices.Contains(got, want) {
 		t.Errorf("a DestinationRule wrote sidecar clusters %v, want %s among them", got, want)
 	}
-	if sc.replans != before+1 {
-		t.Errorf("a DestinationRule regenerated the sidecar %d times, want once", sc.replans-before)
+	if scn.Replans() != before+1 {
+		t.Errorf("a DestinationRule regenerated the sidecar %d times, want once", scn.Replans()-before)
 	}
 }
 
@@ -86,10 +87,10 @@ func TestSidecarConfigChanges(t *testing.T) {
 func TestSidecarScopeChanges(t *testing.T) {
 	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
 	c.plan([]model.Hostname{echo}, st.Service, nil)
-	sc := c.sidecars[node.GetId()]
+	scn := c.envoy.Node(node.GetId())
 	outbound := func() []string {
 		var out []string
-		for n := range sc.caches[resourcev3.ClusterType].last {
+		for n := range scn.Written(resourcev3.ClusterType) {
 			if _, _, err := xdsgen.ParseClusterName(n); err == nil {
 				out = append(out, n)
 			}
@@ -106,26 +107,26 @@ func TestSidecarScopeChanges(t *testing.T) {
 		Egress: []*networking.IstioEgressListener{{Hosts: []string{"elsewhere/*"}}},
 	}}
 	cfg := configOf(scope)
-	before := sc.replans
+	before := scn.Replans()
 	c.plan(nil, st.Service, cfg)
-	if sc.replans != before+1 {
-		t.Fatalf("a Sidecar of the pod's namespace regenerated the sidecar %d times, want once", sc.replans-before)
+	if scn.Replans() != before+1 {
+		t.Fatalf("a Sidecar of the pod's namespace regenerated the sidecar %d times, want once", scn.Replans()-before)
 	}
 	if got := outbound(); len(got) != 0 {
 		t.Errorf("scoped to namespace elsewhere, the sidecar holds %v", got)
 	}
 	c.plan([]model.Hostname{echo}, st.Service, cfg)
-	if sc.replans != before+1 {
+	if scn.Replans() != before+1 {
 		t.Errorf("a push under the same Sidecar regenerated the sidecar")
 	}
 }
 
 // rdsNames returns the sorted route configuration names that the
 // sidecar's listeners take.
-func rdsNames(t *testing.T, sc *sidecar) []string {
+func rdsNames(t *testing.T, n *xdsgen.SidecarNode) []string {
 	t.Helper()
 	var out []string
-	for _, r := range sc.caches[resourcev3.ListenerType].last {
+	for _, r := range n.Written(resourcev3.ListenerType) {
 		for _, fc := range r.(*listenerv3.Listener).GetFilterChains() {
 			for _, f := range fc.GetFilters() {
 				hcm := &hcmv3.HttpConnectionManager{}
@@ -147,7 +148,7 @@ func rdsNames(t *testing.T, sc *sidecar) []string {
 func TestSidecarRouteClassChanges(t *testing.T) {
 	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
 	c.plan([]model.Hostname{echo}, st.Service, nil)
-	a := c.sidecars[node.GetId()]
+	a, an := c.sidecars[node.GetId()], c.envoy.Node(node.GetId())
 	vsOn := func(m *networking.HTTPMatchRequest) *istioconfig.Snapshot {
 		return configOf(&istioconfig.VirtualService{Meta: meta("VirtualService", "echo"), Spec: &networking.VirtualService{
 			Hosts: []string{string(echo)},
@@ -158,20 +159,20 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 			},
 		}})
 	}
-	routes := func() []string { return slices.Sorted(maps.Keys(c.envoyRoutes.last)) }
+	routes := func() []string { return slices.Sorted(maps.Keys(c.envoy.Routes())) }
 
 	// Every pod of namespace demo: the registry's Pod at 10.0.0.5 is.
 	byNS := vsOn(&networking.HTTPMatchRequest{SourceNamespace: "demo"})
 	c.plan(nil, st.Service, byNS)
 	nsClass := byNS.RouteClass("demo", model.Labels{})
 	nsRoutes := xdsgen.SidecarRouteSetName(8080, xdsgen.RouteSet{Class: nsClass})
-	if a.proxy.Routes != nsClass || nsClass.IsDefault() {
-		t.Fatalf("sidecar of class %v, want %v", a.proxy.Routes, nsClass)
+	if an.Proxy.Routes != nsClass || nsClass.IsDefault() {
+		t.Fatalf("sidecar of class %v, want %v", an.Proxy.Routes, nsClass)
 	}
 	if got := routes(); !slices.Equal(got, []string{"8080", nsRoutes}) {
 		t.Errorf("shared routes %v, want 8080 and %s", got, nsRoutes)
 	}
-	if got := rdsNames(t, a); !slices.Equal(got, []string{nsRoutes}) {
+	if got := rdsNames(t, an); !slices.Equal(got, []string{nsRoutes}) {
 		t.Errorf("listeners take routes %v, want %s", got, nsRoutes)
 	}
 	if got := testutil.ToFloat64(c.metrics.routeSets); got != 1 {
@@ -184,9 +185,9 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	nodeB.Metadata.Fields[xdsnode.MetadataLabels] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 		"app": structpb.NewStringValue("client")}})
 	atB := c.attach(attachment{}, nodeB, xdsnode.MetadataOf(nodeB.GetMetadata()))
-	b := c.sidecars[nodeB.GetId()]
-	if b.proxy.Routes != nsClass {
-		t.Errorf("node of namespace demo of class %v, want %v", b.proxy.Routes, nsClass)
+	bn := c.envoy.Node(nodeB.GetId())
+	if bn.Proxy.Routes != nsClass {
+		t.Errorf("node of namespace demo of class %v, want %v", bn.Proxy.Routes, nsClass)
 	}
 
 	// Now only pods labelled app=client: b moves to the new class, a to
@@ -197,10 +198,10 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	// named them have moved on.
 	listenerAt, deleteAt := -1, -1
 	for i, w := range ws {
-		if w.cache == a.caches[resourcev3.ListenerType].lc {
+		if w.cache == a.caches[resourcev3.ListenerType] {
 			listenerAt = i
 		}
-		if w.cache == c.envoyRoutes.lc && slices.Contains(w.Delete, nsRoutes) {
+		if w.cache == c.envoyRoutes && slices.Contains(w.Delete, nsRoutes) {
 			deleteAt = i
 		}
 	}
@@ -208,25 +209,25 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 		t.Errorf("listener write at %d, deletion of %s at %d: want the deletion after", listenerAt, nsRoutes, deleteAt)
 	}
 	labelRoutes := xdsgen.SidecarRouteSetName(8080, xdsgen.RouteSet{Class: byLabels.RouteClass("demo", model.NewLabels(map[string]string{"app": "client"}))})
-	if got := rdsNames(t, a); !slices.Equal(got, []string{"8080"}) {
+	if got := rdsNames(t, an); !slices.Equal(got, []string{"8080"}) {
 		t.Errorf("unlabelled sidecar's listeners take routes %v, want 8080", got)
 	}
-	if got := rdsNames(t, b); !slices.Equal(got, []string{labelRoutes}) {
+	if got := rdsNames(t, bn); !slices.Equal(got, []string{labelRoutes}) {
 		t.Errorf("app=client sidecar's listeners take routes %v, want %s", got, labelRoutes)
 	}
 	if got := routes(); !slices.Equal(got, []string{"8080", labelRoutes}) {
 		t.Errorf("shared routes %v, want 8080 and %s", got, labelRoutes)
 	}
-	if vh := c.envoyRoutes.last[labelRoutes].(*routev3.RouteConfiguration).GetVirtualHosts()[0]; vh.GetRoutes()[0].GetName() != "by-client" {
+	if vh := c.envoy.Routes()[labelRoutes].(*routev3.RouteConfiguration).GetVirtualHosts()[0]; vh.GetRoutes()[0].GetName() != "by-client" {
 		t.Errorf("class routes %v lack the match on clients", vh.GetRoutes())
 	}
-	if vh := c.envoyRoutes.last["8080"].(*routev3.RouteConfiguration).GetVirtualHosts()[0]; len(vh.GetRoutes()) != 1 || vh.GetRoutes()[0].GetName() != "" {
+	if vh := c.envoy.Routes()["8080"].(*routev3.RouteConfiguration).GetVirtualHosts()[0]; len(vh.GetRoutes()) != 1 || vh.GetRoutes()[0].GetName() != "" {
 		t.Errorf("default routes %v hold the match on clients", vh.GetRoutes())
 	}
 
 	c.detach(atB)
-	if got := routes(); !slices.Equal(got, []string{"8080"}) || len(c.routeSets) != 0 {
-		t.Errorf("with the class's last sidecar gone, routes %v and route sets %v remain", got, c.routeSets)
+	if got := routes(); !slices.Equal(got, []string{"8080"}) || c.envoy.RouteSets() != 0 {
+		t.Errorf("with the class's last sidecar gone, routes %v and route sets %v remain", got, c.envoy.RouteSets())
 	}
 }
 
@@ -236,10 +237,10 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 func TestSidecarIngressListeners(t *testing.T) {
 	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
 	c.plan([]model.Hostname{echo}, st.Service, nil)
-	sc := c.sidecars[node.GetId()]
+	scn := c.envoy.Node(node.GetId())
 	inbound := func() []string {
 		var out []string
-		for n := range sc.caches[resourcev3.ClusterType].last {
+		for n := range scn.Written(resourcev3.ClusterType) {
 			if strings.HasPrefix(n, "inbound|") {
 				out = append(out, n)
 			}

@@ -202,8 +202,8 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 	sidecarWrites := func() map[string][]string {
 		got := map[string][]string{}
 		for _, w := range c.plan([]model.Hostname{echo}, st.Service, nil) {
-			for _, typeURL := range sidecarTypes {
-				if w.cache == c.sidecars[node.GetId()].caches[typeURL].lc {
+			for _, typeURL := range xdsgen.SidecarTypes {
+				if w.cache == c.sidecars[node.GetId()].caches[typeURL] {
 					for name := range w.Upsert {
 						got[typeURL] = append(got[typeURL], name)
 					}
@@ -214,14 +214,14 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 		return got
 	}
 
-	sc := c.sidecars[node.GetId()]
-	before := sc.replans
+	sc := c.envoy.Node(node.GetId())
+	before := sc.Replans()
 	write(shard("c1", "r1", "10.0.0.5", "10.0.0.6"))
 	if got := sidecarWrites(); len(got) != 0 {
 		t.Errorf("another endpoint of the same service rewrote the sidecar: %v", got)
 	}
-	if sc.replans != before {
-		t.Errorf("another endpoint of the same service regenerated the sidecar (%d times)", sc.replans-before)
+	if sc.Replans() != before {
+		t.Errorf("another endpoint of the same service regenerated the sidecar (%d times)", sc.Replans()-before)
 	}
 
 	wider := shard("c1", "r1", "10.0.0.5", "10.0.0.6")
@@ -261,7 +261,7 @@ func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	applyPlan(t, c.plan([]model.Hostname{echo}, st.Service, nil))
 
 	// A Delta stream of the sidecar's clusters, up to date.
-	cds := c.sidecars[node.GetId()].caches[resourcev3.ClusterType].lc
+	cds := c.sidecars[node.GetId()].caches[resourcev3.ClusterType]
 	sub := ads.Subscription{Subscription: streamv3.NewDeltaSubscription(nil, nil, nil, true)}
 	out := make(chan cachev3.DeltaResponse, 2)
 	if _, err := cds.CreateDeltaWatch(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType}, sub, out); err != nil {
