@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/federation/gossip"
 	"github.com/meshfed/meshfed/hub/replication"
 	"github.com/meshfed/meshfed/pkg/version"
@@ -30,7 +29,7 @@ func newReplicator(ctx context.Context, opts Options, c client.Client, deps repl
 		log.Info("no --gossip-key-file: replica gossip is NOT encrypted")
 	}
 	serverTLS, clientTLS, err := replication.PeerCredentials(ctx, replication.PeerCredentialOptions{
-		Self:     federation.ReplicaID(opts.ReplicaID),
+		Self:     opts.ReplicaID,
 		CertFile: opts.PeerTLSCert, KeyFile: opts.PeerTLSKey, CAFile: opts.PeerTLSCA,
 		Client: c, Namespace: opts.Namespace, Now: opts.Clock.Now(), Log: log,
 	})
@@ -38,7 +37,7 @@ func newReplicator(ctx context.Context, opts Options, c client.Client, deps repl
 		return nil, fmt.Errorf("hub: %w", err)
 	}
 	return replication.New(replication.Options{
-		Self:       federation.ReplicaID(opts.ReplicaID),
+		Self:       opts.ReplicaID,
 		GossipAddr: opts.GossipAddr, GossipAdvertiseAddr: opts.GossipAdvertiseAddr,
 		Join: opts.Join, GossipKey: key,
 		PeerAddr: opts.PeerAddr, PeerAdvertiseAddr: peerAdvertiseAddr(opts), Version: version.Get().Version,

@@ -2,7 +2,6 @@ package hub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -79,7 +78,7 @@ type Options struct {
 	// MonitoringAddr serves /metrics, /healthz, /readyz and /debug/.
 	MonitoringAddr string
 	// ReplicaID names this hub replica.
-	ReplicaID string
+	ReplicaID federation.ReplicaID
 	// ClusterSyncTimeout bounds how long readiness waits for remote
 	// clusters to list; slower clusters are reported unreachable.
 	ClusterSyncTimeout time.Duration
@@ -180,8 +179,8 @@ func DefaultOptions() Options {
 
 // Run runs the hub until ctx ends.
 func Run(ctx context.Context, opts Options) error {
-	if opts.ReplicaID == "" {
-		return errors.New("hub: replica ID is required")
+	if err := opts.ReplicaID.Validate(); err != nil {
+		return fmt.Errorf("hub: replica ID: %w", err)
 	}
 	cfg, err := configClusterConfig(opts.Kubeconfig)
 	if err != nil {
@@ -212,7 +211,7 @@ func Run(ctx context.Context, opts Options) error {
 	// Built in dependency order: what the replicator replicates (the
 	// store, the trust bundle, the fleet status) and the ownership it keeps
 	// current come first; the replicator last.
-	self := federation.ReplicaID(opts.ReplicaID)
+	self := opts.ReplicaID
 	own := replication.NewOwnership(self, opts.WatchReplicas)
 	bundle := replication.NewTrust(self, opts.Clock, log.WithName("trust"), reg)
 	st := store.New(store.Options{Self: self, Clock: opts.Clock})
@@ -276,16 +275,16 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	tracker := xds.NewStatusTracker(opts.ReplicaID, opts.Clock, reg)
+	tracker := xds.NewStatusTracker(string(self), opts.Clock, reg)
 	var spokes fleetstatus.Spokes
 	if caServer != nil {
 		spokes = caServer.Spokes()
 	}
-	ledger := xds.NewLedger(opts.ReplicaID)
+	ledger := xds.NewLedger(string(self))
 	fleet := fleetstatus.New(fleetstatus.Options{Self: self, Proxies: tracker, Spokes: spokes, Config: ledger})
 	xdsServer = xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
-		Replica: opts.ReplicaID, Clock: opts.Clock,
+		Replica: string(self), Clock: opts.Clock,
 		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
 		Tracker: tracker, Ledger: ledger, StatusSource: fleet, Authn: authn,
 		Admission: admission,
@@ -320,12 +319,12 @@ func Run(ctx context.Context, opts Options) error {
 		Provider: provider, Status: status, Held: st, SyncTimeout: opts.ClusterSyncTimeout, Clock: opts.Clock,
 	})
 	// The documents /debug serves and the console shows.
-	registryz := func() debugdoc.Registryz { return remotes.Registryz(opts.ReplicaID, st, status) }
+	registryz := func() debugdoc.Registryz { return remotes.Registryz(string(self), st, status) }
 	trustz := func() debugdoc.Trustz { return trust.Trustz(bundle.TrustRoots()) }
 	spokez := func() debugdoc.Spokez { return fleet.Spokes(opts.Clock.Now()) }
-	explain := &explainer{replica: opts.ReplicaID, domainSuffix: opts.DomainSuffix, proxies: fleet.All, explain: xdsServer.Explain}
+	explain := &explainer{replica: string(self), domainSuffix: opts.DomainSuffix, proxies: fleet.All, explain: xdsServer.Explain}
 	ui, err := console.New(console.Options{
-		Replica: opts.ReplicaID, Gatherer: reg, Clock: opts.Clock, Log: log.WithName("console"),
+		Replica: string(self), Gatherer: reg, Clock: opts.Clock, Log: log.WithName("console"),
 		Sources: console.Sources{
 			Registryz: registryz, Federationz: repl.Federationz, Proxies: fleet.All,
 			Trustz: trustz, Spokez: spokez,

@@ -170,8 +170,8 @@ func Run(ctx context.Context, opts Options) error {
 	validator := validate.NewValidator(log.WithName("validate"))
 
 	mux := http.NewServeMux()
-	mux.Handle(PathInject, webhook.NewServer("inject", injector, metrics, log.WithName("webhook")))
-	mux.Handle(PathValidate, webhook.NewServer("validate", validator, metrics, log.WithName("webhook")))
+	mux.Handle(PathInject, webhook.NewServer("inject", injector, metrics, opts.Clock, log.WithName("webhook")))
+	mux.Handle(PathValidate, webhook.NewServer("validate", validator, metrics, opts.Clock, log.WithName("webhook")))
 	mux.HandleFunc("GET "+PathHealthz, func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET "+PathReadyz, func(w http.ResponseWriter, _ *http.Request) {
 		if why := notReady(&store, namespaces, opts.InjectConfigMap); why != "" {

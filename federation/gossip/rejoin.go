@@ -38,12 +38,12 @@ func (m *Membership) joinLoop(ctx context.Context) {
 		}
 		wait := jitter(backoff)
 		m.log.Error(err, "joining gossip failed; retrying", "seeds", seeds, "attempt", attempt, "retryIn", wait)
-		t := time.NewTimer(wait)
+		t := m.opts.Clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		backoff = min(2*backoff, joinBackoffMax)
 	}

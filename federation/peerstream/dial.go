@@ -40,24 +40,24 @@ func (p *Peers) dialLoop(ctx context.Context, id federation.ReplicaID, addr stri
 	defer conn.Close()
 	wait := p.opts.ReconnectMin
 	for failures := 0; ; {
-		start := time.Now()
+		start := p.opts.Clock.Now()
 		established, err := p.dialOnce(ctx, conn, id)
 		if ctx.Err() != nil {
 			return
 		}
-		if established && time.Since(start) >= p.opts.ReconnectMax {
+		if established && p.opts.Clock.Since(start) >= p.opts.ReconnectMax {
 			wait, failures = p.opts.ReconnectMin, 0
 		}
 		failures++
 		if failures == 1 || failures%10 == 0 {
 			log.Info("peer stream ended; redialing", "error", errString(err), "failures", failures)
 		}
-		t := time.NewTimer(peerJitter(wait))
+		t := p.opts.Clock.NewTimer(peerJitter(wait))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		wait = min(2*wait, p.opts.ReconnectMax)
 	}

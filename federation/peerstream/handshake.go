@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -121,12 +120,12 @@ func (p *Peers) recvHello(ctx context.Context, s frameStream, cancel context.Can
 			got <- result{hello: m.Hello}
 		}
 	}()
-	t := time.NewTimer(p.opts.HelloTimeout)
+	t := p.opts.Clock.NewTimer(p.opts.HelloTimeout)
 	defer t.Stop()
 	select {
 	case r := <-got:
 		return r.hello, r.reason, r.err
-	case <-t.C:
+	case <-t.C():
 		err := fmt.Errorf("no hello within %v", p.opts.HelloTimeout)
 		if cancel != nil {
 			cancel(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/pkg/pki"
@@ -69,6 +70,10 @@ type PeerOptions struct {
 	// without closing its connection (a partition, a frozen VM) is noticed
 	// within about twice this, an early signal of failure.
 	Keepalive time.Duration
+	// Clock times the redial backoff and the hello timeout; default the
+	// real clock. (gRPC's own connection backoff and keepalives run on
+	// the real clock.)
+	Clock clock.WithTicker
 }
 
 func (o *PeerOptions) defaults() {
@@ -89,6 +94,9 @@ func (o *PeerOptions) defaults() {
 	}
 	if o.Keepalive <= 0 {
 		o.Keepalive = 5 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
 	}
 	if o.LocalDigest == nil {
 		o.LocalDigest = func() federation.Digest { return federation.Digest{} }

@@ -114,7 +114,7 @@ type PeerHandler interface {
 // meant to dial, and that its Hello does too. A peer cannot pose as
 // another.
 //
-// Malformed frames (not JSON, or failing Validate) are counted, logged and
+// Malformed frames (not protobuf, or failing Validate) are counted, logged and
 // dropped; the stream stays open, since gRPC's framing is intact and the
 // next frame can be read. A dropped delta leaves a gap the handler's state
 // notices when the next delta of that cluster does not apply, and it asks

@@ -23,7 +23,7 @@
 // Batches: Run turns their change signals into one coalesced Changed;
 // replication waits its batch interval and calls TakeChanges, which takes
 // the tracker's changes, applies them to this replica's own view and
-// returns them as one JSON batch (batch, the wire type): changed records,
+// returns them as one protobuf batch (batch, the wire type): changed records,
 // removed node IDs, and the spoke list when it changed. A peer that
 // (re)connects gets Full instead, which replaces all it knew of this
 // replica.

@@ -12,9 +12,11 @@
 //   - members (members.go): ownership and peer connections follow the live
 //     members.
 //
-// Everything is built in dependency order, without setters: the store, the
-// trust bundle (NewTrust), the fleet status and the Ownership (NewOwnership)
-// first, then New, which wires them to the peers.
+// Everything is built in dependency order: the store, the trust bundle
+// (NewTrust), the fleet status and the Ownership (NewOwnership) first,
+// then New, which wires them to the peers (the one wire set after
+// construction: New hands the trust bundle the peers it broadcasts to,
+// which exist only once New has made them).
 //
 // Ownership follows the live members that memberlist reports, with one
 // shortcut: a member whose peer stream breaks is set aside at once (as

@@ -118,7 +118,7 @@ func New(opts Options, deps Deps) (*Replicator, error) {
 		// members is made below, once there are peers to give it; a
 		// stream goes down only after Run.
 		OnPeerDown: func(id federation.ReplicaID) { r.members.peerDown(id) },
-		Log:        opts.Log.WithName("peers"), Metrics: opts.Metrics,
+		Log:        opts.Log.WithName("peers"), Metrics: opts.Metrics, Clock: opts.Clock,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replication: %w", err)

@@ -22,7 +22,7 @@ import (
 )
 
 // Bundle is the federated trust bundle as the CA uses it;
-// *replication.Replicator implements it. Its methods may be called
+// *replication.Trust implements it. Its methods may be called
 // concurrently and do not block.
 type Bundle interface {
 	TrustRoots() []federation.Root

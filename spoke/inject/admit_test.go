@@ -122,7 +122,7 @@ func TestAdmitWithoutConfig(t *testing.T) {
 // TestAdmitTwice runs a Pod through the whole HTTP handler, applies the
 // patch, and sends the result again: the second review admits it unchanged.
 func TestAdmitTwice(t *testing.T) {
-	srv := webhook.NewServer("inject", newInjector(t, true), nil, logr.Discard())
+	srv := webhook.NewServer("inject", newInjector(t, true), nil, nil, logr.Discard())
 	req := podRequest(t, "mesh", admissionv1.Create, appPod())
 	first := review(t, srv, req)
 	if !first.Allowed || first.PatchType == nil || *first.PatchType != admissionv1.PatchTypeJSONPatch || first.UID != req.UID {
@@ -179,7 +179,7 @@ func FuzzInjectHandler(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	srv := webhook.NewServer("inject", newInjector(f, true), nil, logr.Discard())
+	srv := webhook.NewServer("inject", newInjector(f, true), nil, nil, logr.Discard())
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rec := httptest.NewRecorder()
 		srv.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/inject", bytes.NewReader(body)))

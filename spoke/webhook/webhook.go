@@ -8,11 +8,11 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"time"
 
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	kjson "sigs.k8s.io/json"
 )
 
@@ -156,21 +156,26 @@ type Server struct {
 	name     string
 	admitter Admitter
 	metrics  *Metrics
+	clock    clock.PassiveClock
 	log      logr.Logger
 }
 
 // NewServer returns the HTTP handler of the webhook called name ("inject",
 // "validate": the "webhook" label of the metrics). metrics may be shared by
-// several servers; nil counts nothing.
-func NewServer(name string, a Admitter, metrics *Metrics, log logr.Logger) *Server {
-	return &Server{name: name, admitter: a, metrics: metrics, log: log.WithValues("webhook", name)}
+// several servers; nil counts nothing. clk times each review for the
+// metrics; nil is the real clock.
+func NewServer(name string, a Admitter, metrics *Metrics, clk clock.PassiveClock, log logr.Logger) *Server {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Server{name: name, admitter: a, metrics: metrics, clock: clk, log: log.WithValues("webhook", name)}
 }
 
 // ServeHTTP answers one AdmissionReview.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
+	start := s.clock.Now()
 	result := s.serve(w, r)
-	s.metrics.observe(s.name, result, time.Since(start))
+	s.metrics.observe(s.name, result, s.clock.Since(start))
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) Result {

@@ -38,7 +38,7 @@ var byOperation = webhook.AdmitterFunc(func(_ context.Context, req *admissionv1.
 
 func TestServer(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	srv := webhook.NewServer("inject", byOperation, webhook.NewMetrics(reg), logr.Discard())
+	srv := webhook.NewServer("inject", byOperation, webhook.NewMetrics(reg), nil, logr.Discard())
 	post := func(body, contentType string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest(http.MethodPost, "/inject", strings.NewReader(body))
 		if contentType != "" {

@@ -17,6 +17,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub"
 	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/kubegates"
@@ -37,7 +38,7 @@ func main() {
 	fs.BoolVar(&opts.XDSServeUnknownClusters, "xds-serve-unknown-clusters", false, "serve xDS clients whose CLUSTER_ID no remote secret names (refused with InvalidArgument by default, once the secrets are read; the config cluster's ID and an empty one are always served)")
 	fs.DurationVar(&opts.XDSLimits.HandshakeTimeout, "xds-handshake-timeout", xds.DefaultHandshakeTimeout, "time a new xDS connection has for its TLS handshake and HTTP/2 preface")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of /metrics, /healthz, /readyz and /debug/")
-	fs.StringVar(&opts.ReplicaID, "replica-id", hostname(), "name of this hub replica")
+	replicaID := fs.String("replica-id", hostname(), "name of this hub replica (letters, digits, '.', '-', '_')")
 	fs.DurationVar(&opts.ClusterSyncTimeout, "cluster-sync-timeout", opts.ClusterSyncTimeout, "how long readiness waits for remote clusters to sync")
 	fs.DurationVar(&opts.ClusterProbeInterval, "cluster-probe-interval", opts.ClusterProbeInterval, "how often each remote apiserver is probed: how soon an outage is seen (and a stale-endpoints drop-after timer starts) and a return restarts the cluster's watches; at most --cluster-sync-timeout")
 	fs.StringVar(&opts.DomainSuffix, "domain-suffix", opts.DomainSuffix, "cluster domain of service hostnames")
@@ -75,6 +76,7 @@ func main() {
 	zapOpts.BindFlags(fs)
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	_ = fs.Parse(os.Args[1:])
+	opts.ReplicaID = federation.ReplicaID(*replicaID)
 	if *showVersion {
 		fmt.Println("meshfed-hub", version.Get())
 		return
