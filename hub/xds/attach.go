@@ -1,11 +1,12 @@
 package xds
 
 import (
+	"slices"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
 	"github.com/meshfed/meshfed/hub/xds/ads"
-	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
@@ -30,57 +31,42 @@ func (a attachment) same(b attachment) bool {
 // attach moves a stream attached to cur (perhaps none) to the group of
 // node, and returns its attachment, for the stream to keep. Call it for
 // every request whose node is new to the stream, before the request's
-// watch is created.
+// watch is created. The first stream of an Envoy node builds the node's
+// caches (buildSidecar); the node's other streams wait for that build,
+// none for a push.
 func (c *groupCache) attach(cur attachment, node *corev3.Node, md xdsnode.Metadata) attachment {
 	a := attachmentOf(node, md)
 	if cur.same(a) {
 		return cur
 	}
+	c.detach(cur)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.detachLocked(cur)
 	c.attached++
-	c.members[a.group]++
+	hg := c.groups[a.group]
+	if hg == nil {
+		hg = &heldGroup{}
+		c.groups[a.group] = hg
+	}
+	hg.members++
+	build := false
 	if a.sidecar != "" {
-		c.attachSidecarLocked(a.sidecar, node, md)
 		a.sc = c.sidecars[a.sidecar]
+		if a.sc == nil {
+			a.sc = &sidecar{ready: make(chan struct{})}
+			c.sidecars[a.sidecar] = a.sc
+			c.metrics.sidecars.Set(float64(len(c.sidecars)))
+			build = true
+		}
+		a.sc.members++
+	}
+	c.mu.Unlock()
+	if build {
+		c.buildSidecar(a.sidecar, a.sc, node, md)
+	}
+	if a.sc != nil {
+		<-a.sc.ready
 	}
 	return a
-}
-
-// attachSidecarLocked counts one more stream of the Envoy node, adding
-// it to the Envoy planner and building its caches when it is the first.
-// The shared routes the node brings (a new route set, or all of them for
-// the first sidecar: no push maintains them while there is none) are
-// written at once.
-func (c *groupCache) attachSidecarLocked(id string, node *corev3.Node, md xdsnode.Metadata) {
-	if sc := c.sidecars[id]; sc != nil {
-		sc.members++
-		return
-	}
-	proxy, cluster, err := sidecarOf(node, md)
-	sc := &sidecar{err: err}
-	if err == nil {
-		n := xdsgen.SidecarNode{Proxy: proxy, Cluster: cluster,
-			Claimed: xdsgen.Workload{Namespace: proxy.Namespace, Labels: model.NewLabels(md.Labels)}}
-		initial, routes := c.envoy.Add(id, n, c.meshServicesLocked(), c.planner.Config())
-		sc = newSidecar(c.ledger, initial)
-		c.writeRoutesLocked(routes)
-	}
-	sc.members = 1
-	c.sidecars[id] = sc
-	c.metrics.sidecars.Set(float64(len(c.sidecars)))
-}
-
-// writeRoutesLocked writes changes of the shared Envoy routes made outside
-// a push (a sidecar's arrival or departure), and updates the route-set
-// gauge.
-func (c *groupCache) writeRoutesLocked(ch xdsgen.Changes) {
-	c.metrics.routeSets.Set(float64(c.envoy.RouteSets()))
-	if !ch.Empty() {
-		// Updating only fails for a nil resource.
-		_ = c.envoyRoutes.UpdateResources(ch.Upsert, ch.Delete)
-	}
 }
 
 // attachmentOf is what a stream of node, whose metadata is md, is
@@ -104,42 +90,63 @@ func attachmentOfWatch(sub cachev3.Subscription, node *corev3.Node) (attachment,
 }
 
 // detach forgets a stream attached to a, freeing its group (and sidecar)
-// when it was the last stream of it. Call it when the stream closes.
+// when it was the last stream of it. Call it when the stream closes. It
+// takes the push lock: freeing a group or node changes the planners.
 func (c *groupCache) detach(a attachment) {
 	if !a.valid {
 		return
 	}
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.detachLocked(a)
-}
-
-// detachLocked is detach with mu held.
-func (c *groupCache) detachLocked(a attachment) {
-	if !a.valid {
-		return
-	}
 	c.attached--
+	var goneSidecar *sidecar
 	if sc := c.sidecars[a.sidecar]; sc != nil {
 		if sc.members--; sc.members == 0 {
 			delete(c.sidecars, a.sidecar)
-			sc.release(c.ledger)
 			c.metrics.sidecars.Set(float64(len(c.sidecars)))
-			if sc.err == nil {
-				c.writeRoutesLocked(c.envoy.Remove(a.sidecar, c.meshServicesLocked(), c.planner.Config()))
-			}
+			goneSidecar = sc
 		}
 	}
 	g := a.group
-	if c.members[g]--; c.members[g] > 0 {
-		return
+	hg := c.groups[g]
+	goneGroup := hg != nil && hg.members == 1
+	if hg != nil {
+		hg.members--
 	}
-	delete(c.members, g)
-	// The group's streams are gone, and with them their watches on lc.
-	c.ledger.release(c.eds[g])
-	delete(c.eds, g)
-	c.planner.ForgetGroup(g)
-	c.metrics.groups.Set(float64(len(c.eds)))
+	if goneGroup {
+		delete(c.groups, g)
+		c.metrics.groups.Set(float64(c.builtGroupsLocked()))
+	}
+	c.mu.Unlock()
+	if goneSidecar != nil {
+		<-goneSidecar.ready
+		goneSidecar.release(c.ledger)
+		if goneSidecar.err == nil {
+			// A node not adopted yet is not the planner's: no change.
+			if ch := c.envoy.Remove(a.sidecar, c.meshServicesLocked(), c.planner.Config()); !ch.Empty() {
+				c.write(c.envoyRoutes, func() error { return c.envoyRoutes.UpdateResources(ch.Upsert, ch.Delete) })
+			}
+			c.metrics.routeSets.Set(float64(c.envoy.RouteSets()))
+		}
+	}
+	if goneGroup {
+		// The group's streams are gone, and with them their watches on
+		// its cache; one of them may still be building it.
+		if hg.ready != nil {
+			<-hg.ready
+			c.ledger.release(hg.lc)
+		}
+		c.planner.ForgetGroup(g)
+	}
+}
+
+// adopted reports whether the planners hold group g and, unless id is
+// "", Envoy node id.
+func (c *groupCache) adopted(g xdsgen.ProxyGroup, id string) bool {
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
+	return slices.Contains(c.planner.Groups(), g) && (id == "" || c.envoy.Node(id) != nil)
 }
 
 // heldGroups counts what a groupCache holds per proxy group and stream.
@@ -155,12 +162,20 @@ type heldGroups struct {
 // held reports what the cache holds for proxy groups; every count falls to
 // zero when every proxy has left.
 func (c *groupCache) held() heldGroups {
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	members := 0
+	for _, hg := range c.groups {
+		if hg.members > 0 {
+			members++
+		}
+	}
 	return heldGroups{
-		caches:   len(c.eds),
+		caches:   c.builtGroupsLocked(),
 		streams:  c.attached,
-		members:  len(c.members),
+		members:  members,
 		planned:  len(c.planner.Groups()),
 		memoized: c.planner.MemoizedGroups(),
 		sidecars: len(c.sidecars),

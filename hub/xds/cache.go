@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -24,9 +25,18 @@ import (
 // A proxy group's cache lives as long as a stream of the group is open:
 // a stream is attached to the group of its node by the request that
 // brings that node (the stream's request hook runs before the request's
-// watch is created; its conn keeps the attachment), and when the last stream of a group closes, the group's
-// watch cache and everything the planner holds for it are freed. A group
-// that comes back is built afresh from the registry.
+// watch is created; its conn keeps the attachment), and when the last
+// stream of a group closes, the group's watch cache and everything the
+// planner holds for it are freed. A group that comes back is built afresh
+// from the registry.
+//
+// Two locks: pushMu, the push lock, guards the planners while a push
+// plans; mu guards what streams attach to, and is held only to look up and
+// count. A stream's first request never waits for a push: a group, an
+// Envoy sidecar or an inbound listener that is new is built on the
+// stream's goroutine from the last plan's view, apart from the planners,
+// and answered at once; the push loop adopts it into the planners next
+// (apart.go).
 type groupCache struct {
 	shared  map[string]*versioned // by type URL: LDS, RDS, CDS; fixed at construction
 	metrics *metrics
@@ -35,27 +45,34 @@ type groupCache struct {
 	opts   xdsgen.Options
 
 	// services returns the registry's services, sorted by hostname (see
-	// meshServicesLocked for the mesh's). It is called with mu held, so a
-	// push cannot interleave.
+	// meshServices for the mesh's). It is safe for concurrent use.
 	services func() []*model.MergedService
 
-	// mu guards planner, eds, attached, members and the Envoy state:
-	// every planned change and every group or sidecar created or freed,
-	// so that what the planner records as written always matches the set
-	// of caches.
-	mu       sync.Mutex
-	planner  *xdsgen.Planner
-	eds      map[xdsgen.ProxyGroup]*versioned // load assignments of each held group
-	attached int                              // streams attached (each conn holds its attachment)
-	members  map[xdsgen.ProxyGroup]int        // open streams per group (never 0)
+	// pushMu is the push lock. It guards the planners (planner for
+	// proxyless gRPC and every group's load assignments, envoy for
+	// Envoy sidecars), so that what they record as written always
+	// matches what was written: every plan, every adoption, every group
+	// or sidecar freed. It is taken before mu, never after.
+	pushMu  sync.Mutex
+	planner *xdsgen.Planner
+	envoy   *xdsgen.SidecarPlanner
+	// view is what the last plan planned with, for what is built apart
+	// from the planners.
+	view atomic.Pointer[pushView]
 
-	// Envoy sidecars: the planner of what they get besides load
-	// assignments, the cache of their shared routes (named by port and
-	// route set), and per node ID their own caches (see sidecar). The
-	// planner holds exactly the sidecars without err.
-	envoy       *xdsgen.SidecarPlanner
+	// mu guards what streams attach to: groups, attached, sidecars and
+	// apart. It is never held while building, writing or waiting.
+	mu       sync.Mutex
+	groups   map[xdsgen.ProxyGroup]*heldGroup
+	attached int                 // streams attached (each conn holds its attachment)
+	sidecars map[string]*sidecar // Envoy nodes by ID
+	apart    builtApart          // built apart from the planners, to adopt
+	// adopt signals (coalesced, capacity 1) that apart holds something.
+	adopt chan struct{}
+
+	// envoyRoutes holds the routes Envoy sidecars share (named by port
+	// and route set), as the Envoy planner plans them.
 	envoyRoutes *versioned
-	sidecars    map[string]*sidecar
 
 	// secrets is always empty: the hub serves no SDS secrets over ADS. An
 	// Envoy sidecar that asks for one (a DestinationRule's credentialName)
@@ -70,6 +87,23 @@ type groupCache struct {
 	unserved func(typeURL string, node *corev3.Node)
 }
 
+// pushView is what a plan planned with: its Istio configuration, the
+// ledger epoch of that configuration, and the plan's number.
+type pushView struct {
+	cfg   *istioconfig.Snapshot
+	epoch uint64
+	plan  uint64
+}
+
+// heldGroup is a proxy group that streams are attached to.
+type heldGroup struct {
+	members int // open streams of the group (never 0 once attached)
+	// ready is made by the first watch of the group's load assignments
+	// and closed once lc is set; nil before.
+	ready chan struct{}
+	lc    *versioned
+}
+
 var _ cachev3.Cache = (*groupCache)(nil)
 
 func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, m *metrics, l *Ledger) *groupCache {
@@ -80,13 +114,15 @@ func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, 
 		opts:        opts,
 		services:    services,
 		planner:     xdsgen.NewPlanner(opts),
-		eds:         map[xdsgen.ProxyGroup]*versioned{},
-		members:     map[xdsgen.ProxyGroup]int{},
 		envoy:       xdsgen.NewSidecarPlanner(opts),
-		envoyRoutes: l.newCache(resourcev3.RouteType, nil),
+		groups:      map[xdsgen.ProxyGroup]*heldGroup{},
 		sidecars:    map[string]*sidecar{},
+		adopt:       make(chan struct{}, 1),
+		envoyRoutes: l.newCache(resourcev3.RouteType, nil),
 		secrets:     l.newCache(resourcev3.SecretType, nil),
 	}
+	sealed, _ := l.Epochs()
+	c.view.Store(&pushView{epoch: sealed})
 	for _, t := range xdsgen.SharedTypes {
 		c.shared[t] = l.newCache(t, nil)
 	}
@@ -103,17 +139,25 @@ type write struct {
 // plan computes the plan for hostnames hs, looking their views up with
 // service, under the Istio configuration cfg (which adds the hostnames
 // whose configuration changed since the last plan), and returns the writes
-// it takes. It holds mu while it plans, so
-// the writes are to be made after it returns, in the order given: a group freed in between has its
-// (dropped) cache written to in vain, a group created in between was built
-// with the planned state already.
+// it takes. It first adopts what was built apart since the last plan
+// (adoptLocked). It holds pushMu while it plans; the writes are to be made
+// after it returns, in the order given, by the one goroutine that plans
+// (the push loop): a group freed in between has its (dropped) cache
+// written to in vain, a group built in between from this plan's view or
+// an older one is brought up to date when it is adopted.
 func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *model.MergedService, cfg *istioconfig.Snapshot) []write {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
+	c.adoptLocked()
+	view := *c.view.Load()
+	view.plan++
+	defer func() { c.view.Store(&view) }()
 	secChanged := false
 	if old := c.planner.Config(); cfg != old {
 		secChanged = istioconfig.SecurityChanged(old, cfg)
 		c.ledger.begin(cfg)
+		view.cfg = cfg
+		_, view.epoch = c.ledger.Epochs()
 		hosts := union(hostnames(c.services()), union(old.EntryHosts(), cfg.EntryHosts()))
 		hs = union(hs, c.planner.SetConfig(cfg, hosts))
 		// A ServiceEntry's host changes with the entry, not its
@@ -138,19 +182,25 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	for t, ch := range p.Shared {
 		out = append(out, write{typeURL: t, cache: c.shared[t], Changes: ch})
 	}
+	c.mu.Lock()
 	for g, ch := range p.Groups {
-		out = append(out, write{typeURL: resourcev3.EndpointType, cache: c.eds[g], Changes: ch})
+		if hg := c.groups[g]; hg != nil && hg.lc != nil {
+			out = append(out, write{typeURL: resourcev3.EndpointType, cache: hg.lc, Changes: ch})
+		}
 	}
-	return append(out, c.sidecarWritesLocked(sp)...)
+	c.mu.Unlock()
+	return append(out, c.sidecarWrites(sp)...)
 }
 
-// sidecarWritesLocked returns the writes of the Envoy planner's plan, in
-// the order it gives.
-func (c *groupCache) sidecarWritesLocked(sp xdsgen.SidecarPlan) []write {
+// sidecarWrites returns the writes of the Envoy planner's plan, in the
+// order it gives.
+func (c *groupCache) sidecarWrites(sp xdsgen.SidecarPlan) []write {
 	var out []write
 	if len(sp.Routes.Upsert) > 0 {
 		out = append(out, write{typeURL: resourcev3.RouteType, cache: c.envoyRoutes, Changes: sp.Routes})
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for id, byType := range sp.Nodes {
 		sc := c.sidecars[id]
 		for _, t := range xdsgen.SidecarTypes {
@@ -168,17 +218,21 @@ func (c *groupCache) sidecarWritesLocked(sp xdsgen.SidecarPlan) []write {
 // seal ends the config epoch of the last plan once its writes are done
 // (ledger.seal), and reports whether one ended.
 func (c *groupCache) seal() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
 	return c.ledger.seal()
 }
 
-// meshServicesLocked returns the mesh's services: the registry's, merged
-// with the ServiceEntries of the planner's configuration (MergeEntry),
-// sorted by hostname as the registry's are.
+// meshServicesLocked returns the mesh's services under the planner's
+// configuration (meshServices). The caller holds pushMu.
 func (c *groupCache) meshServicesLocked() []*model.MergedService {
-	base := c.services()
-	cfg := c.planner.Config()
+	return meshServices(c.services(), c.planner.Config())
+}
+
+// meshServices returns the mesh's services: base, the registry's, merged
+// with the ServiceEntries of cfg (MergeEntry), sorted by hostname as the
+// registry's are.
+func meshServices(base []*model.MergedService, cfg *istioconfig.Snapshot) []*model.MergedService {
 	entries := cfg.EntryHosts()
 	if len(entries) == 0 {
 		return base
@@ -274,21 +328,29 @@ func (c *groupCache) pickSidecar(typeURL string, at attachment) (*versioned, err
 	return nil, fmt.Errorf("%w to Envoy sidecars: %q", errUnservedType, typeURL)
 }
 
-// group returns the load-assignment cache of g, creating and filling it
-// when it does not exist yet. A stream of g is attached already (see
-// attach), so the cache is freed when the group's last stream closes.
+// group returns the load-assignment cache of g. When it does not exist
+// yet, the first caller builds it apart from the planner (buildGroup) and
+// the others wait for that build, never for a push. A stream of g is
+// attached already (see attach), so the cache is freed when the group's
+// last stream closes.
 func (c *groupCache) group(g xdsgen.ProxyGroup) *versioned {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	lc, ok := c.eds[g]
-	if !ok {
-		initial := c.planner.AddGroup(g, c.meshServicesLocked())
-		lc = c.ledger.newCache(resourcev3.EndpointType, initial)
-		c.eds[g] = lc
-		c.metrics.groupsBuilt.Inc()
-		c.metrics.groups.Set(float64(len(c.eds)))
+	hg := c.groups[g]
+	if hg == nil {
+		// A watch with no stream attached (tests): held until the end.
+		hg = &heldGroup{}
+		c.groups[g] = hg
 	}
-	return lc
+	build := hg.ready == nil
+	if build {
+		hg.ready = make(chan struct{})
+	}
+	c.mu.Unlock()
+	if build {
+		c.buildGroup(g, hg)
+	}
+	<-hg.ready
+	return hg.lc
 }
 
 func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, out chan cachev3.Response) (func(), error) {
@@ -372,8 +434,15 @@ func (r resync) ReturnedResources() map[string]string { return r.outdated }
 // stream to end, cannot create groups that are never freed.
 func (c *groupCache) Fetch(ctx context.Context, req *cachev3.Request) (cachev3.Response, error) {
 	if req.GetTypeUrl() == resourcev3.EndpointType {
+		var lc *versioned
 		c.mu.Lock()
-		lc := c.eds[ProxyGroupOf(req.GetNode())]
+		if hg := c.groups[ProxyGroupOf(req.GetNode())]; hg != nil && hg.ready != nil {
+			select {
+			case <-hg.ready:
+				lc = hg.lc
+			default:
+			}
+		}
 		c.mu.Unlock()
 		if lc == nil {
 			return nil, fmt.Errorf("xds: no stream of proxy group %v is open", ProxyGroupOf(req.GetNode()))

@@ -2,7 +2,9 @@ package xds
 
 import (
 	"errors"
+	"net/netip"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -205,10 +207,9 @@ func TestUnservedTypeKeepsTheStream(t *testing.T) {
 
 // TestWatchesDoNotWaitForAPush: once a stream has asked for a type, its
 // later requests of it (ACKs, new names) take no lock that a push holds
-// while it plans: with the groupCache's lock held, as by a push stuck in
-// the planner, an Envoy sidecar's cluster ACK is taken and its new
-// subscription to a load assignment is answered. (A stream's first
-// request still attaches it under that lock.)
+// while it plans: with the push lock held, as by a push stuck in the
+// planner, an Envoy sidecar's cluster ACK is taken and its new
+// subscription to a load assignment is answered.
 func TestWatchesDoNotWaitForAPush(t *testing.T) {
 	st := store.New(store.Options{Self: "test"})
 	const echo2 = model.Hostname("echo2.demo.svc.cluster.local")
@@ -228,11 +229,11 @@ func TestWatchesDoNotWaitForAPush(t *testing.T) {
 	p.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{xdsgen.ClusterName(echo, 8080)}})
 	eds := p.next(resourcev3.EndpointType)
 
-	s.cache.mu.Lock()
+	s.cache.pushMu.Lock()
 	locked := true
 	defer func() {
 		if locked {
-			s.cache.mu.Unlock()
+			s.cache.pushMu.Unlock()
 		}
 	}()
 	p.ack(cds)
@@ -240,5 +241,104 @@ func TestWatchesDoNotWaitForAPush(t *testing.T) {
 		ResourceNamesSubscribe: []string{xdsgen.ClusterName(echo2, 8080)}})
 	p.nextWith(resourcev3.EndpointType, xdsgen.ClusterName(echo2, 8080))
 	locked = false
-	s.cache.mu.Unlock()
+	s.cache.pushMu.Unlock()
+}
+
+// blockingRegistry is a Registry whose Service blocks while hold is set:
+// a push that plans an update is stuck in the planner, holding the push
+// lock, until release is closed.
+type blockingRegistry struct {
+	*store.Store
+	hold    atomic.Bool
+	entered chan struct{} // a Service call is blocked (capacity 1)
+	release chan struct{}
+}
+
+func (r *blockingRegistry) Service(h model.Hostname) *model.MergedService {
+	if r.hold.Load() {
+		select {
+		case r.entered <- struct{}{}:
+		default:
+		}
+		<-r.release
+	}
+	return r.Store.Service(h)
+}
+
+// TestFirstRequestDoesNotWaitForAPush: while a push is stuck in the
+// planner (its registry lookup blocks, the push lock held), the first
+// requests of new proxies are answered: a proxyless client of a new proxy
+// group gets its load assignment, a new Envoy sidecar its clusters and
+// load assignments, a proxyless server its inbound listener. Once the push
+// goes on, what they were built apart is adopted: the planner tracks the
+// new group, and the next push reaches it.
+func TestFirstRequestDoesNotWaitForAPush(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	write := storeWriter(t, st)
+	write(shard("c1", "r1", "10.0.0.5"))
+	reg := &blockingRegistry{Store: st, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	s := runServer(t, Options{Registry: reg})
+	addr := s.Addr().String()
+	released := false
+	defer func() {
+		if !released {
+			close(reg.release)
+		}
+	}()
+
+	// Served (the first push is done) before the push that sticks.
+	newADS(t, addr, "c1", "r1").subscribe(resourcev3.EndpointType, xdsgen.ClusterName(echo, 8080))
+	reg.hold.Store(true)
+	write(shard("c1", "r1", "10.0.0.5", "10.0.0.6"))
+	select {
+	case <-reg.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no push started")
+	}
+	if s.cache.pushMu.TryLock() {
+		s.cache.pushMu.Unlock()
+		t.Fatal("the push lock is free: the push is not stuck in the planner")
+	}
+
+	// A proxyless client of a group nobody held.
+	grpc := newADS(t, addr, "c1", "r9")
+	if got := countEndpoints(cla(t, grpc.subscribe(resourcev3.EndpointType, xdsgen.ClusterName(echo, 8080)))); got == 0 {
+		t.Errorf("the new group's first assignment has no endpoint")
+	}
+	// A new Envoy sidecar: its clusters, then a load assignment.
+	envoy := newDeltaProxy(t, addr)
+	envoy.send(&discoveryv3.DeltaDiscoveryRequest{Node: envoyNode("10.0.0.7", "pod-x", "c1", "NONE"), TypeUrl: resourcev3.ClusterType})
+	cds := envoy.nextWith(resourcev3.ClusterType, xdsgen.ClusterName(echo, 8080))
+	envoy.ack(cds)
+	envoy.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{xdsgen.ClusterName(echo, 8080)}})
+	envoy.nextWith(resourcev3.EndpointType, xdsgen.ClusterName(echo, 8080))
+	// A proxyless server's inbound listener.
+	server := newADS(t, addr, "c1", "r1")
+	inbound := xdsgen.InboundListenerName(netip.MustParseAddrPort("10.0.0.5:9000"))
+	if r := server.subscribe(resourcev3.ListenerType, inbound); len(r.GetResources()) != 1 {
+		t.Errorf("inbound listener answer holds %d resources, want 1", len(r.GetResources()))
+	}
+	if s.cache.pushMu.TryLock() {
+		s.cache.pushMu.Unlock()
+		t.Fatal("the push went on before the proxies were answered")
+	}
+
+	released = true
+	reg.hold.Store(false)
+	close(reg.release)
+	// The planners adopt the new group and sidecar ...
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.cache.adopted(xdsgen.ProxyGroup{Cluster: "c1", Region: "r9"}, envoyNode("10.0.0.7", "pod-x", "c1", "NONE").GetId()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not adopted: held %+v", s.cache.held())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// ... and the next push reaches the new group.
+	write(shard("c1", "r1", "10.0.0.5", "10.0.0.6", "10.0.0.8"))
+	for {
+		if n := countEndpoints(cla(t, grpc.recv())); n == 3 {
+			break
+		}
+	}
 }

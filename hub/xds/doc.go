@@ -15,12 +15,19 @@
 // not grow with the resources it subscribes to (an Envoy sidecar subscribes
 // to every service's load assignment).
 //
-// The pusher drains the store's changed hostnames; xdsgen.Planner, the
-// pure core, rebuilds only their resources (memoized per hostname and
-// group) and returns the plan of changes against what was written before:
-// per type and per group, what to upsert and what to delete, without
-// resources equal to those written. Server.push only writes the plan into
-// the watch caches, after the groupCache's lock is released.
+// The pusher drains the store's changed hostnames; the pure planners,
+// xdsgen.Planner (proxyless gRPC and every group's load assignments) and
+// xdsgen.SidecarPlanner (Envoy sidecars), rebuild only their resources
+// (memoized per hostname and group) and return the plan of changes against
+// what was written before: per cache, what to upsert and what to delete,
+// without resources equal to those written, in the order the proxy needs
+// them. Server.push only writes the plan into the watch caches, after the
+// push lock is released.
+//
+// A stream's first request never waits for a push: a new group, Envoy
+// node or inbound listener is built on the stream's goroutine from the
+// last plan's view and answered at once, and the push loop adopts it into
+// the planners next (apart.go).
 //
 // A stream is one conn (conn.go), the hub's side of the stream server's
 // stream (ads.Stream): made when it opens, freed once when it closes, and

@@ -15,40 +15,57 @@ import (
 
 // addInbound puts the subscribed inbound listeners that lc lacks into lc,
 // before a watch for them is created, so the watch is answered at once.
-// Each is built under the policy of the workload at its address in the
-// cluster of the server asking.
+// Each is built apart from the planner, under the policy that the view's
+// configuration gives the workload at its address in the cluster of the
+// server asking; the push loop adopts them (adoptLocked).
 func (c *groupCache) addInbound(typeURL string, cluster model.ClusterID, lc *versioned, sub cachev3.Subscription) {
 	if typeURL != resourcev3.ListenerType || sub == nil {
 		return
 	}
-	names := make([]string, 0, len(sub.SubscribedResources()))
+	var names []string
 	for n := range sub.SubscribedResources() {
-		if strings.HasPrefix(n, xdsgen.InboundListenerPrefix) {
+		if strings.HasPrefix(n, xdsgen.InboundListenerPrefix) && !lc.has(n) {
 			names = append(names, n)
 		}
 	}
 	if len(names) == 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if up := c.planner.Inbound(names, cluster, c.workloadLookupLocked()); len(up) > 0 {
-		// Updating only fails for a nil resource.
-		_ = lc.UpdateResources(up, nil)
+	v := c.view.Load()
+	lookup := workloadLookup(func() []*model.MergedService { return meshServices(c.services(), v.cfg) }, v.cfg)
+	up := map[string]types.Resource{}
+	for _, n := range names {
+		addr, err := xdsgen.ParseInboundListenerName(n)
+		if err != nil {
+			continue
+		}
+		up[n] = xdsgen.InboundListener(addr, lookup(cluster, addr.Addr()), c.opts)
 	}
+	if len(up) == 0 {
+		return
+	}
+	// Updating only fails for a nil resource.
+	_ = lc.UpdateResources(up, nil)
+	c.queue(func(b *builtApart) { b.inbound = append(b.inbound, apartInbound{names: names, cluster: cluster}) })
 }
 
 // workloadLookupLocked returns the policy lookup of proxyless servers'
-// inbound listeners: by the registry's Pod at the address (xdsgen.IndexPods),
-// under the planner's configuration; a Pod the registry does not know
-// gets mesh-wide policy. The registry is indexed on the first call, so a
-// refresh of many listeners reads it once.
+// inbound listeners under the planner's configuration (workloadLookup).
+// The caller holds pushMu.
 func (c *groupCache) workloadLookupLocked() xdsgen.WorkloadLookup {
+	return workloadLookup(c.meshServicesLocked, c.planner.Config())
+}
+
+// workloadLookup returns the policy lookup of proxyless servers' inbound
+// listeners: by the Pod of services at the address (xdsgen.IndexPods),
+// under cfg; a Pod the registry does not know gets mesh-wide policy.
+// services are read and indexed on the first call, so a refresh of many
+// listeners reads them once.
+func workloadLookup(services func() []*model.MergedService, cfg *istioconfig.Snapshot) xdsgen.WorkloadLookup {
 	var x xdsgen.Pods
-	cfg := c.planner.Config()
 	return func(cluster model.ClusterID, ip netip.Addr) istioconfig.WorkloadSecurity {
 		if x == nil {
-			x = xdsgen.IndexPods(c.meshServicesLocked())
+			x = xdsgen.IndexPods(services())
 		}
 		sec, _ := x.Security(cfg, cluster, ip, "")
 		return sec

@@ -62,21 +62,69 @@ type versioned struct {
 	*watchCache
 	id    uint64
 	marks []mark // guarded by ledger.mu; ascending in both fields
+	// apart is set while the cache holds what was built apart from the
+	// planners (newCacheAt) and they have not adopted it: a seal leaves
+	// its marks alone, since its content is of the epoch it was built
+	// from, not of the push being sealed. Guarded by ledger.mu.
+	apart bool
 }
 
 // mark says that version n of a cache held epoch.
 type mark struct{ n, epoch uint64 }
 
 // newCache returns a cache of typeURL holding initial (nil for none),
-// whose first version holds the sealed epoch.
+// whose first version holds the sealed epoch. The caller holds the push
+// lock (groupCache.pushMu), or initial is empty.
 func (l *Ledger) newCache(typeURL string, initial map[string]types.Resource) *versioned {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	epoch := l.epoch
+	l.mu.Unlock()
+	return l.add(typeURL, initial, epoch, false)
+}
+
+// newCacheAt returns a cache of typeURL holding initial, built apart from
+// the planners from the configuration of epoch: its first version holds
+// that epoch, and seals leave it alone until adopted marks it.
+func (l *Ledger) newCacheAt(typeURL string, initial map[string]types.Resource, epoch uint64) *versioned {
+	return l.add(typeURL, initial, epoch, true)
+}
+
+// add makes and registers a cache. Its resources are marshalled before
+// the ledger's lock is taken.
+func (l *Ledger) add(typeURL string, initial map[string]types.Resource, epoch uint64, apart bool) *versioned {
+	l.mu.Lock()
 	l.nextID++
-	v := &versioned{id: l.nextID, marks: []mark{{0, l.epoch}}}
-	v.watchCache = newWatchCache(typeURL, strconv.FormatUint(v.id, 10)+".", initial)
-	l.caches[v.id] = v
+	id := l.nextID
+	l.mu.Unlock()
+	v := &versioned{id: id, marks: []mark{{0, epoch}}, apart: apart}
+	v.watchCache = newWatchCache(typeURL, strconv.FormatUint(id, 10)+".", initial)
+	l.mu.Lock()
+	l.caches[id] = v
+	l.mu.Unlock()
 	return v
+}
+
+// adopted marks a cache built apart, now written by the planners under the
+// push lock with no epoch pending: its current version holds the sealed
+// epoch, and seals mark it from now on.
+func (l *Ledger) adopted(v *versioned) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v.apart = false
+	l.markLocked(v, l.epoch)
+}
+
+// markLocked records that v's current version holds epoch.
+func (l *Ledger) markLocked(v *versioned, epoch uint64) {
+	n := v.Version()
+	if last := &v.marks[len(v.marks)-1]; last.n == n {
+		last.epoch = epoch
+		return
+	}
+	v.marks = append(v.marks, mark{n, epoch})
+	if len(v.marks) > maxMarks {
+		v.marks = v.marks[len(v.marks)-maxMarks:]
+	}
 }
 
 // release forgets caches that are freed; nil ones are skipped.
@@ -130,8 +178,9 @@ func (l *Ledger) begin(next *istioconfig.Snapshot) {
 }
 
 // seal ends the epoch begun, once its writes are done: every cache's
-// current version holds it. It reports whether an epoch ended. The caller
-// holds groupCache.mu, so no write is under way.
+// current version holds it, but those built apart and not adopted yet. It
+// reports whether an epoch ended. The caller holds groupCache.pushMu, so
+// no planned write is under way.
 func (l *Ledger) seal() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -140,16 +189,8 @@ func (l *Ledger) seal() bool {
 	}
 	l.epoch = l.pending
 	for _, v := range l.caches {
-		// Writes that race (the push loop's and a stream's, see
-		// groupCache) are all done by now.
-		n := v.Version()
-		if last := &v.marks[len(v.marks)-1]; last.n == n {
-			last.epoch = l.epoch
-			continue
-		}
-		v.marks = append(v.marks, mark{n, l.epoch})
-		if len(v.marks) > maxMarks {
-			v.marks = v.marks[len(v.marks)-maxMarks:]
+		if !v.apart {
+			l.markLocked(v, l.epoch)
 		}
 	}
 	l.signal()

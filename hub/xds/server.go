@@ -283,6 +283,8 @@ func (s *Server) pushLoop(ctx context.Context) {
 			s.push(s.opts.Registry.TakeChanged(), false)
 		case <-s.config.changed:
 			s.push(s.opts.Registry.TakeChanged(), true)
+		case <-s.cache.adoptions():
+			s.cache.adoptBuilt()
 		}
 	}
 }

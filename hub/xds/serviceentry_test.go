@@ -69,12 +69,12 @@ func TestServiceEntriesPlanned(t *testing.T) {
 		}
 	}
 	apply(ws)
-	c.mu.Lock()
+	c.pushMu.Lock()
 	var hosts []model.Hostname
 	for _, ms := range c.meshServicesLocked() {
 		hosts = append(hosts, ms.Service.Hostname)
 	}
-	c.mu.Unlock()
+	c.pushMu.Unlock()
 	if want := []model.Hostname{"a.dns.test", "api.ext.test", echo}; !slices.Equal(hosts, want) {
 		t.Errorf("mesh services %v, want %v", hosts, want)
 	}

@@ -66,22 +66,26 @@ func sidecarOf(node *corev3.Node, md xdsnode.Metadata) (xdsgen.Sidecar, model.Cl
 // sidecar is the hub's part of one Envoy proxy (one node ID), held while
 // one of its streams is open: its own caches of listeners and clusters
 // (xdsgen.SidecarTypes), whose content the groupCache's SidecarPlanner
-// plans.
+// plans once it has adopted the node.
 type sidecar struct {
-	err     error // a node the hub cannot serve; its watches fail with it
-	members int   // open streams of the node
-	caches  map[string]*versioned
+	members int // open streams of the node; guarded by groupCache.mu
+	// ready is closed once the node's first stream built err or caches
+	// (buildSidecar), which are fixed from then on.
+	ready  chan struct{}
+	err    error // a node the hub cannot serve; its watches fail with it
+	caches map[string]*versioned
 }
 
-// newSidecar returns the caches of an Envoy node that the planner has just
-// added, holding initial (by type URL).
-func newSidecar(l *Ledger, initial map[string]map[string]types.Resource) *sidecar {
-	s := &sidecar{caches: map[string]*versioned{}}
+// newSidecarCaches returns the caches of an Envoy node built apart from
+// the planner from the configuration of epoch, holding built (by type
+// URL).
+func newSidecarCaches(l *Ledger, built map[string]map[string]types.Resource, epoch uint64) map[string]*versioned {
+	caches := map[string]*versioned{}
 	for _, t := range xdsgen.SidecarTypes {
-		s.caches[t] = l.newCache(t, initial[t])
+		caches[t] = l.newCacheAt(t, built[t], epoch)
 	}
-	s.caches[resourcev3.ClusterType].rewarmsOf = rewarmsOf
-	return s
+	caches[resourcev3.ClusterType].rewarmsOf = rewarmsOf
+	return caches
 }
 
 // release gives the sidecar's caches back to l: it is freed.

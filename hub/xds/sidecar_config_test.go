@@ -185,6 +185,7 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	nodeB.Metadata.Fields[xdsnode.MetadataLabels] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 		"app": structpb.NewStringValue("client")}})
 	atB := c.attach(attachment{}, nodeB, xdsnode.MetadataOf(nodeB.GetMetadata()))
+	c.adoptBuilt() // as the push loop does
 	bn := c.envoy.Node(nodeB.GetId())
 	if bn.Proxy.Routes != nsClass {
 		t.Errorf("node of namespace demo of class %v, want %v", bn.Proxy.Routes, nsClass)

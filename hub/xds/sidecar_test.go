@@ -189,6 +189,7 @@ func planFixture(t *testing.T, opts xdsgen.Options, ip string) (*store.Store, *g
 	c := newGroupCache(opts, st.Services, newMetrics(nil), NewLedger("test"))
 	node := envoyNode(ip, "pod-"+ip, "c1", "NONE")
 	c.attach(attachment{}, node, xdsnode.MetadataOf(node.GetMetadata()))
+	c.adoptBuilt() // as the push loop does
 	return st, c, node, write
 }
 

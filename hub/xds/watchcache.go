@@ -15,6 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/meshfed/meshfed/hub/xds/ads"
@@ -116,6 +117,18 @@ func newEntry(name string, res types.Resource, version string, twin func(types.R
 	return e
 }
 
+// holding returns an entry of res, which is proto.Equal to e's resource,
+// with e's version, bytes and hash, and a twin of its own (see newEntry).
+func (e *entry) holding(res types.Resource, twin func(types.Resource) types.Resource,
+	marshal func(types.Resource) ([]byte, error)) *entry {
+	out := &entry{name: e.name, res: res, version: e.version, bytes: e.bytes, hash: e.hash}
+	out.twin = func() *entry { return out }
+	if twin != nil {
+		out.twin = sync.OnceValue(func() *entry { return newEntry(out.name, twin(res), out.version, nil, marshal) })
+	}
+	return out
+}
+
 // any is e's bytes as an answer of typeURL carries them.
 func (e *entry) any(typeURL string) (*anypb.Any, error) {
 	b, err := e.bytes()
@@ -152,7 +165,10 @@ func newWatchCache(typeURL, prefix string, initial map[string]types.Resource) *w
 	}
 	v := c.versionLocked()
 	for name, res := range initial {
-		c.resources[name] = newEntry(name, res, v, c.twin, c.marshal)
+		e := newEntry(name, res, v, c.twin, c.marshal)
+		// Marshalled here, before any watch can take the cache's lock.
+		_, _ = e.bytes()
+		c.resources[name] = e
 	}
 	return c
 }
@@ -208,6 +224,56 @@ func (c *watchCache) UpdateResources(up map[string]types.Resource, del []string)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// adopt makes the cache hold res where it differs: a name whose resource
+// is proto.Equal to the one held takes res's object in a new entry that
+// keeps the old one's version and bytes, so nothing is sent again (the
+// planner's objects, which share endpoints across groups, replace copies
+// built apart from it); a differing or new one is written as
+// UpdateResources writes it; with others, names res lacks are deleted.
+// The comparisons run before the cache's lock is taken; an entry that
+// changed meanwhile is left to the write.
+func (c *watchCache) adopt(res map[string]types.Resource, others bool) error {
+	held := c.GetResources()
+	up := map[string]types.Resource{}
+	same := map[string][2]types.Resource{} // by name: held, adopted
+	for n, r := range res {
+		if h, ok := held[n]; ok && proto.Equal(h, r) {
+			same[n] = [2]types.Resource{h, r}
+		} else {
+			up[n] = r
+		}
+	}
+	var del []string
+	if others {
+		for n := range held {
+			if _, ok := res[n]; !ok {
+				del = append(del, n)
+			}
+		}
+	}
+	if len(same) > 0 {
+		c.mu.Lock()
+		for n, pair := range same {
+			if e := c.resources[n]; e != nil && e.res == pair[0] {
+				c.resources[n] = e.holding(pair[1], c.twin, c.marshal)
+			}
+		}
+		c.mu.Unlock()
+	}
+	if len(up) == 0 && len(del) == 0 {
+		return nil
+	}
+	return c.UpdateResources(up, del)
+}
+
+// has reports whether the cache holds a resource of name.
+func (c *watchCache) has(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.resources[name]
+	return ok
 }
 
 // GetResources returns a copy of what the cache holds.

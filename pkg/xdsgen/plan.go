@@ -334,6 +334,21 @@ func (p *Planner) AddGroup(g ProxyGroup, services []*model.MergedService) map[st
 	return w
 }
 
+// GroupAssignments returns the load assignments of services for proxy
+// group g under cfg, by cluster name, built afresh: what a new group's
+// cache starts with when it is built apart from the Planner, which then
+// adopts the group (AddGroup builds the same, its endpoints shared with
+// the other groups'). It is pure.
+func GroupAssignments(services []*model.MergedService, g ProxyGroup, cfg *istioconfig.Snapshot) map[string]types.Resource {
+	out := map[string]types.Resource{}
+	for _, ms := range services {
+		for _, cla := range LoadAssignments(ms, g, cfg.Host(ms.Service.Hostname).DestinationRule) {
+			out[cla.GetClusterName()] = cla
+		}
+	}
+	return out
+}
+
 // ForgetGroup stops tracking g and drops everything held for it (what was
 // written and the memoized load assignments); call it when the last proxy
 // of g leaves. A later AddGroup(g) builds g afresh.

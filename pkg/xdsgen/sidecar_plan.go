@@ -102,31 +102,50 @@ func (p *SidecarPlanner) RouteSets() int { return len(p.sets) }
 // record: the caller must not modify it.
 func (p *SidecarPlanner) Routes() map[string]types.Resource { return p.routes }
 
-// Add starts planning for node id, which has none of its state yet (the
-// node's IP, Namespace and Interception in n.Proxy, its Cluster and
-// Claimed), from services (the mesh's, sorted) under cfg. It returns the
-// initial content of the node's caches by type URL, recorded as written,
-// and the changes to the shared routes that the node brings (those of a
-// new route set, or all of them for the first node: no plan keeps them
-// while no node is held). For a held id it returns what was written and
-// no change.
-func (p *SidecarPlanner) Add(id string, n SidecarNode, services []*model.MergedService, cfg *istioconfig.Snapshot) (map[string]map[string]types.Resource, Changes) {
-	if held, ok := p.nodes[id]; ok {
-		return held.written, Changes{}
+// BuildSidecar returns node n (the node's IP, Namespace and Interception
+// in n.Proxy, its Cluster and Claimed) in its state under services (the
+// mesh's, sorted) and cfg, with its resources by type URL
+// (SidecarTypes): what a new node's caches start with, built apart from
+// the planner, which then adopts the node (Adopt). It is pure.
+func BuildSidecar(n SidecarNode, services []*model.MergedService, cfg *istioconfig.Snapshot, opts Options) (SidecarNode, map[string]map[string]types.Resource) {
+	n.apply(n.state(services, IndexPods(services), cfg))
+	built := map[string]map[string]types.Resource{}
+	for _, t := range SidecarTypes {
+		built[t] = byName(sidecarResources(t, services, cfg, n.Proxy, opts))
+	}
+	n.written, n.replans = nil, 0
+	return n, built
+}
+
+// Adopt starts planning for node id as BuildSidecar built it, its caches
+// holding written (which the planner keeps as its record: the caller must
+// not modify it). stale says that plans ran since it was built: the node
+// is then regenerated from services and cfg (the mesh's now). It returns
+// the writes, in SidecarPlan's order: the shared routes the node brings
+// (those of a new route set, or all of them for the first node: no plan
+// keeps them while no node is held) and, when stale, the node's changes.
+// A held id is left as it is.
+func (p *SidecarPlanner) Adopt(id string, n SidecarNode, written map[string]map[string]types.Resource,
+	services []*model.MergedService, cfg *istioconfig.Snapshot, stale bool) SidecarPlan {
+	if _, ok := p.nodes[id]; ok {
+		return SidecarPlan{}
 	}
 	node := &n
-	node.apply(node.state(services, IndexPods(services), cfg))
-	node.written = map[string]map[string]types.Resource{}
-	for _, t := range SidecarTypes {
-		node.written[t] = byName(sidecarResources(t, services, cfg, node.Proxy, p.opts))
-	}
+	node.written = written
 	first := len(p.nodes) == 0
 	p.nodes[id] = node
-	var routes Changes
-	if p.moveSet(RouteSet{}, node.Proxy.RouteSet()) || first {
-		routes = Replace(p.routes, byName(p.allRoutes(services, cfg)))
+	var out SidecarPlan
+	setsChanged := p.moveSet(RouteSet{}, node.Proxy.RouteSet())
+	if stale {
+		st := node.state(services, IndexPods(services), cfg)
+		setsChanged = p.moveSet(node.Proxy.RouteSet(), st.routeSet()) || setsChanged
+		p.replan(id, node, st, services, cfg, &out)
 	}
-	return node.written, routes
+	if setsChanged || first {
+		ch := Replace(p.routes, byName(p.allRoutes(services, cfg)))
+		out.Routes.Upsert, out.RoutesGone = ch.Upsert, ch.Delete
+	}
+	return out
 }
 
 // Remove stops planning for node id, and returns the changes to the shared
@@ -188,23 +207,29 @@ func (p *SidecarPlanner) Plan(updates []ServiceUpdate, services []*model.MergedS
 		out.Routes.Upsert, out.RoutesGone = ch.Upsert, ch.Delete
 	}
 	for _, rp := range replans {
-		rp.n.apply(rp.st)
-		rp.n.replans++
-		for _, t := range SidecarTypes {
-			ch := Replace(rp.n.written[t], byName(sidecarResources(t, services, cfg, rp.n.Proxy, p.opts)))
-			if ch.Empty() {
-				continue
-			}
-			if out.Nodes == nil {
-				out.Nodes = map[string]map[string]Changes{}
-			}
-			if out.Nodes[rp.id] == nil {
-				out.Nodes[rp.id] = map[string]Changes{}
-			}
-			out.Nodes[rp.id][t] = ch
-		}
+		p.replan(rp.id, rp.n, rp.st, services, cfg, &out)
 	}
 	return out
+}
+
+// replan regenerates node id in state st from services under cfg, and
+// adds the changes of its caches to out.
+func (p *SidecarPlanner) replan(id string, n *SidecarNode, st sidecarState, services []*model.MergedService, cfg *istioconfig.Snapshot, out *SidecarPlan) {
+	n.apply(st)
+	n.replans++
+	for _, t := range SidecarTypes {
+		ch := Replace(n.written[t], byName(sidecarResources(t, services, cfg, n.Proxy, p.opts)))
+		if ch.Empty() {
+			continue
+		}
+		if out.Nodes == nil {
+			out.Nodes = map[string]map[string]Changes{}
+		}
+		if out.Nodes[id] == nil {
+			out.Nodes[id] = map[string]Changes{}
+		}
+		out.Nodes[id][t] = ch
+	}
 }
 
 // moveSet counts one held node as of route set to rather than from, and
