@@ -25,7 +25,7 @@ var allowed = map[string][]string{
 // room (pkg/xdsnode: the xDS node; pkg/debugdoc: the /debug documents):
 // pure, they import only these packages of the module.
 var contracts = map[string][]string{
-	module + "/pkg/xdsnode":  {module + "/pkg/model", module + "/pkg/agent", module + "/pkg/xdsgen"},
+	module + "/pkg/xdsnode":  {module + "/pkg/model", module + "/pkg/agent"},
 	module + "/pkg/debugdoc": {module + "/pkg/model", module + "/pkg/pki"},
 	module + "/pkg/testutil": {},
 }

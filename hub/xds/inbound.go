@@ -11,6 +11,7 @@ import (
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // addInbound puts the subscribed inbound listeners that lc lacks into lc,
@@ -24,7 +25,7 @@ func (c *groupCache) addInbound(typeURL string, cluster model.ClusterID, lc *ver
 	}
 	var names []string
 	for n := range sub.SubscribedResources() {
-		if strings.HasPrefix(n, xdsgen.InboundListenerPrefix) && !lc.has(n) {
+		if strings.HasPrefix(n, xdsnode.InboundListenerPrefix) && !lc.has(n) {
 			names = append(names, n)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 func serveOpts(t *testing.T, opts Options) string {
@@ -31,7 +32,7 @@ func TestInboundListener(t *testing.T) {
 		addr := serveOpts(t, Options{Registry: st, Security: sec})
 		a := newADS(t, addr, "c1", "r1")
 		name := xdsgen.InboundListenerName(netip.MustParseAddrPort("10.1.0.1:9000"))
-		r := a.subscribe(resourcev3.ListenerType, name, xdsgen.ListenerName(echo, 8080), xdsgen.InboundListenerPrefix+"bogus")
+		r := a.subscribe(resourcev3.ListenerType, name, xdsgen.ListenerName(echo, 8080), xdsnode.InboundListenerPrefix+"bogus")
 		got := map[string]*listenerv3.Listener{}
 		for _, res := range r.GetResources() {
 			var l listenerv3.Listener

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // tlsWorld generates both kinds' clusters of ms under dr, with Security,
@@ -30,7 +31,7 @@ func tlsWorld(t *testing.T, ms *model.MergedService, dr *istioconfig.Destination
 		}
 		if ts := c.GetTransportSocket(); ts != nil {
 			ctx := upstreamCtx(t, c)
-			if ctx.GetCommonTlsContext().GetTlsCertificateProviderInstance().GetInstanceName() != CertProviderInstance {
+			if ctx.GetCommonTlsContext().GetTlsCertificateProviderInstance().GetInstanceName() != xdsnode.CertProviderInstance {
 				t.Errorf("%s: proxyless TLS without the certificate provider: %v", c.GetName(), ctx)
 			}
 			gotG = append(gotG, c.GetName())

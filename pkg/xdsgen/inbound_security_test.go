@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // peerAuthn is a PeerAuthentication of namespace demo with mode m, the
@@ -451,8 +452,8 @@ func proxylessTLS(t *testing.T, l *listenerv3.Listener) bool {
 	if err := ts.GetTypedConfig().UnmarshalTo(dtc); err != nil {
 		t.Fatal(err)
 	}
-	if !dtc.GetRequireClientCertificate().GetValue() || dtc.GetCommonTlsContext().GetTlsCertificateProviderInstance().GetInstanceName() != CertProviderInstance {
-		t.Errorf("%s: TLS without client certificates or without the %q provider", l.GetName(), CertProviderInstance)
+	if !dtc.GetRequireClientCertificate().GetValue() || dtc.GetCommonTlsContext().GetTlsCertificateProviderInstance().GetInstanceName() != xdsnode.CertProviderInstance {
+		t.Errorf("%s: TLS without client certificates or without the %q provider", l.GetName(), xdsnode.CertProviderInstance)
 	}
 	return true
 }

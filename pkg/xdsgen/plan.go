@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // SharedTypes are the type URLs whose resources are the same for every
@@ -399,7 +400,7 @@ func (p *Planner) Inbound(names []string, cluster model.ClusterID, lookup Worklo
 	var out map[string]types.Resource
 	written := p.shared[resourcev3.ListenerType]
 	for _, n := range names {
-		if !strings.HasPrefix(n, InboundListenerPrefix) {
+		if !strings.HasPrefix(n, xdsnode.InboundListenerPrefix) {
 			continue
 		}
 		if _, ok := written[n]; ok {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 const otherHost = model.Hostname("other.demo.svc.cluster.local")
@@ -358,7 +359,7 @@ func TestPlannerGroups(t *testing.T) {
 // (for its address, or for all on a nil address set).
 func TestPlannerInbound(t *testing.T) {
 	p := NewPlanner(Options{})
-	in := InboundListenerPrefix + "10.1.0.1:9000"
+	in := xdsnode.InboundListenerPrefix + "10.1.0.1:9000"
 	strict := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{&istioconfig.PeerAuthentication{
 		Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: "PeerAuthentication", Namespace: "demo", Name: "default"}},
 		Spec: &securityv1beta1.PeerAuthentication{Mtls: &securityv1beta1.PeerAuthentication_MutualTLS{Mode: securityv1beta1.PeerAuthentication_MutualTLS_STRICT}},
@@ -369,7 +370,7 @@ func TestPlannerInbound(t *testing.T) {
 		asked = append(asked, string(c)+"/"+ip.String())
 		return policy.Workload("demo", model.Labels{})
 	}
-	got := p.Inbound([]string{in, ListenerName(echoHost, 8080), InboundListenerPrefix + "bogus"}, "c1", lookup)
+	got := p.Inbound([]string{in, ListenerName(echoHost, 8080), xdsnode.InboundListenerPrefix + "bogus"}, "c1", lookup)
 	if len(got) != 1 || got[in] == nil {
 		t.Fatalf("Inbound = %v, want only %s", got, in)
 	}

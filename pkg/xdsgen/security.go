@@ -23,20 +23,11 @@ import (
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // DefaultTrustDomain is the trust domain of SPIFFE IDs when Options names none.
 const DefaultTrustDomain = pki.DefaultTrustDomain
-
-// CertProviderInstance is the certificate provider instance (in the client's
-// or server's gRPC bootstrap "certificate_providers") that secure resources
-// name for both the identity certificate and the root certificates.
-const CertProviderInstance = "default"
-
-// InboundListenerPrefix is the prefix of server-side listener names, Istio's
-// "xds.istio.io/grpc/lds/inbound/%s" server_listener_resource_name_template
-// with %s the listening address "IP:port".
-const InboundListenerPrefix = "xds.istio.io/grpc/lds/inbound/"
 
 // transportSocketTLS names the TLS transport socket; grpc-go requires this
 // exact name.
@@ -46,7 +37,7 @@ const transportSocketTLS = "envoy.transport_sockets.tls"
 // generates plaintext resources, exactly like Clusters.
 type Options struct {
 	// Security makes clusters carry an UpstreamTlsContext (mTLS with the
-	// certificate provider instance CertProviderInstance and SAN matching of
+	// certificate provider instance xdsnode.CertProviderInstance and SAN matching of
 	// the endpoints' SPIFFE IDs). Clients then need "certificate_providers" in
 	// their bootstrap: grpc-go rejects a cluster naming an unknown instance.
 	//
@@ -327,7 +318,7 @@ func (j *peerJudge) secure(k ProxyKind, eps []model.Endpoint, sp model.ServicePo
 // certProvider is the certificate provider instance of both identity and
 // roots.
 func certProvider(withCertName bool) *tlsv3.CertificateProviderPluginInstance {
-	p := &tlsv3.CertificateProviderPluginInstance{InstanceName: CertProviderInstance}
+	p := &tlsv3.CertificateProviderPluginInstance{InstanceName: xdsnode.CertProviderInstance}
 	if withCertName {
 		p.CertificateName = "default"
 	}
@@ -387,19 +378,19 @@ func downstreamTLS() *corev3.TransportSocket {
 }
 
 // InboundListenerName returns the server-side listener name of addr,
-// InboundListenerPrefix + "IP:port" (IPv6 in brackets), the name grpc-go's
+// xdsnode.InboundListenerPrefix + "IP:port" (IPv6 in brackets), the name grpc-go's
 // xDS server subscribes to with Istio's name template. It is pure.
 func InboundListenerName(addr netip.AddrPort) string {
-	return InboundListenerPrefix + addr.String()
+	return xdsnode.InboundListenerPrefix + addr.String()
 }
 
 // ParseInboundListenerName is the inverse of InboundListenerName. It accepts
 // only canonical addresses (so that the name round-trips) and ports in
 // 1..65535. Errors wrap ErrMalformedName. It is pure.
 func ParseInboundListenerName(name string) (netip.AddrPort, error) {
-	rest, ok := strings.CutPrefix(name, InboundListenerPrefix)
+	rest, ok := strings.CutPrefix(name, xdsnode.InboundListenerPrefix)
 	if !ok {
-		return netip.AddrPort{}, malformed(name, "want prefix %q", InboundListenerPrefix)
+		return netip.AddrPort{}, malformed(name, "want prefix %q", xdsnode.InboundListenerPrefix)
 	}
 	host, portStr, err := net.SplitHostPort(rest)
 	if err != nil {
@@ -430,7 +421,7 @@ func ParseInboundListenerName(name string) (netip.AddrPort, error) {
 //
 // The port's mode, sec.MTLS(port, opts.DefaultMTLS()), decides the chain's
 // TLS. MTLSStrict: a DownstreamTlsContext requires a client certificate
-// (certificate provider instance CertProviderInstance, no SAN matchers:
+// (certificate provider instance xdsnode.CertProviderInstance, no SAN matchers:
 // grpc-go rejects them on the server side). MTLSDisable: plaintext.
 // grpc-go cannot accept both on one port, because its filter chain match
 // has no TLS inspector (gRFC A36: it drops chains whose transport_protocol

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
+	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 // secureFleet is echo with endpoints of two service accounts (one twice) and
@@ -72,12 +73,12 @@ func TestInboundListenerName(t *testing.T) {
 	}
 	for _, bad := range []string{
 		"10.2.0.1:50051",
-		InboundListenerPrefix + "10.2.0.1",
-		InboundListenerPrefix + "10.2.0.1:0",
-		InboundListenerPrefix + "10.2.0.1:050051",
-		InboundListenerPrefix + "host:80",
-		InboundListenerPrefix + "[::ffff:10.0.0.1]:80x",
-		InboundListenerPrefix + "[fd00:0::1]:80",
+		xdsnode.InboundListenerPrefix + "10.2.0.1",
+		xdsnode.InboundListenerPrefix + "10.2.0.1:0",
+		xdsnode.InboundListenerPrefix + "10.2.0.1:050051",
+		xdsnode.InboundListenerPrefix + "host:80",
+		xdsnode.InboundListenerPrefix + "[::ffff:10.0.0.1]:80x",
+		xdsnode.InboundListenerPrefix + "[fd00:0::1]:80",
 		"echo.demo.svc.cluster.local:8080",
 	} {
 		if _, err := ParseInboundListenerName(bad); err == nil {

@@ -15,18 +15,20 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/model"
-	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
 
 // Names in the bootstrap that the hub's resources rely on.
 const (
 	// CertProviderInstance is the certificate provider instance a bootstrap
 	// declares and the hub's secure resources name.
-	CertProviderInstance = xdsgen.CertProviderInstance
+	CertProviderInstance = "default"
+	// InboundListenerPrefix is the prefix of server-side listener names,
+	// Istio's.
+	InboundListenerPrefix = "xds.istio.io/grpc/lds/inbound/"
 	// InboundListenerTemplate is the bootstrap's
 	// server_listener_resource_name_template, Istio's: an xDS-enabled gRPC
 	// server asks for its listener on "<ip>:<port>" under this name.
-	InboundListenerTemplate = xdsgen.InboundListenerPrefix + "%s"
+	InboundListenerTemplate = InboundListenerPrefix + "%s"
 	// DefaultCertRefreshInterval is the file_watcher refresh interval when
 	// Bootstrap.CertRefreshInterval is unset: istio-agent's default.
 	DefaultCertRefreshInterval = 10 * time.Second
