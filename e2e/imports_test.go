@@ -33,15 +33,20 @@ var contracts = map[string][]string{
 // within narrows, for some packages, the packages of the module they may
 // import (outside their tests) to those under these prefixes. Fleet status
 // is replicated state joined from local parts it reads through small
-// interfaces (xds.StatusTracker, trustsvc.Service): it imports no other
+// interfaces (xdsstatus.Tracker, trustsvc.Service): it imports no other
 // package of the hub.
 //
 // The stream layer (hub/xds/ads) serves ADS from any go-control-plane
 // cache: it imports nothing of the module, so that it can be proven
 // against go-control-plane's own stream server on the same caches.
+//
+// The xDS status (hub/xds/xdsstatus: the tracker, the config ledger, CSDS
+// and istioctl's debug types) stands apart from the caches: it observes
+// their versions and the streams, and imports no cache or planner.
 var within = map[string][]string{
-	module + "/hub/fleetstatus": {module + "/federation", module + "/pkg/", module + "/hub/fleetstatus/fleetpb"},
-	module + "/hub/xds/ads":     {},
+	module + "/hub/fleetstatus":   {module + "/federation", module + "/pkg/", module + "/hub/fleetstatus/fleetpb"},
+	module + "/hub/xds/ads":       {},
+	module + "/hub/xds/xdsstatus": {module + "/pkg/proxystatus", module + "/pkg/version", module + "/pkg/istioconfig", module + "/pkg/xdsnode", module + "/hub/xds/ads"},
 }
 
 // apart lists, for some packages, the prefixes of the module they must not

@@ -17,7 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/meshfed/meshfed/e2e/framework"
-	"github.com/meshfed/meshfed/hub/xds"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/proxystatus/csds"
@@ -239,8 +239,8 @@ func TestIstioctlProxyStatusPlaintext(t *testing.T) {
 	}
 	t.Logf("istioctl proxy-status via %s:\n%s", hubs[1].ReplicaID(), table)
 	for name, w := range want {
-		if !tableRowHas(table, name, w[0], xds.ControlPlaneID, "4 (CDS,LDS,EDS,RDS)") {
-			t.Errorf("no row %s %s %s ... 4 (CDS,LDS,EDS,RDS) in:\n%s", name, w[0], xds.ControlPlaneID, table)
+		if !tableRowHas(table, name, w[0], xdsstatus.ControlPlaneID, "4 (CDS,LDS,EDS,RDS)") {
+			t.Errorf("no row %s %s %s ... 4 (CDS,LDS,EDS,RDS) in:\n%s", name, w[0], xdsstatus.ControlPlaneID, table)
 		}
 	}
 }

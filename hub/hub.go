@@ -37,6 +37,7 @@ import (
 	"github.com/meshfed/meshfed/hub/trust"
 	"github.com/meshfed/meshfed/hub/trustsvc"
 	"github.com/meshfed/meshfed/hub/xds"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -275,12 +276,12 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	tracker := xds.NewStatusTracker(string(self), opts.Clock, reg)
+	tracker := xdsstatus.NewTracker(string(self), opts.Clock, reg)
 	var spokes fleetstatus.Spokes
 	if caServer != nil {
 		spokes = caServer.Spokes()
 	}
-	ledger := xds.NewLedger(string(self))
+	ledger := xdsstatus.NewLedger(string(self))
 	fleet := fleetstatus.New(fleetstatus.Options{Self: self, Proxies: tracker, Spokes: spokes, Config: ledger})
 	xdsServer = xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
@@ -452,29 +453,11 @@ func configClusterConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// configStatus answers /debug/configstatusz: the fleet's rollout of every
-// object, or with ?kind=&namespace=&name= of one, its pending proxies
-// listed. An object this replica refuses says so, with the reason, even
-// when no replica ever applied it.
+// configStatus answers /debug/configstatusz (fleetstatus.Fleet.ConfigStatus),
+// ?kind=&namespace=&name= naming one object.
 func configStatus(fleet *fleetstatus.Fleet, configz debugdoc.Configz, r *http.Request) proxystatus.ConfigStatusz {
 	q := proxystatus.RolloutQuery{Kind: r.URL.Query().Get("kind"), Namespace: r.URL.Query().Get("namespace"), Name: r.URL.Query().Get("name")}
-	doc := fleet.ConfigStatus(q)
-	refused := func(kind, ns, name string) string {
-		if o, ok := configz.Object(kind, ns, name); ok && o.State == debugdoc.ConfigRejected {
-			return fmt.Sprintf("generation %d is refused (%s)", o.Generation, o.Reason)
-		}
-		return ""
-	}
-	for i := range doc.Objects {
-		o := &doc.Objects[i]
-		o.Rejected = refused(o.Kind, o.Namespace, o.Name)
-	}
-	if q.Name != "" && len(doc.Objects) == 0 {
-		if why := refused(q.Kind, q.Namespace, q.Name); why != "" {
-			doc.Objects = append(doc.Objects, proxystatus.ObjectRollout{Kind: q.Kind, Namespace: q.Namespace, Name: q.Name, Rejected: why})
-		}
-	}
-	return doc
+	return fleet.ConfigStatus(q, configz)
 }
 
 // goCollector exports the Go runtime's usual go_* metrics and, beside

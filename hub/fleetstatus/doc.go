@@ -4,7 +4,7 @@
 //
 // # Walk-through
 //
-//	xds.StatusTracker ──┐  (this replica's streams, fed by the xDS server)
+//	xdsstatus.Tracker ──┐  (this replica's streams, fed by the xDS server)
 //	trustsvc.Service ───┤  (this replica's spoke streams)
 //	                    ▼
 //	                 Fleet ── TakeChanges: one batch ──► replication ──► peers
@@ -12,11 +12,11 @@
 //	                    └──────────── Apply(batch of a peer) ◄─────────────┘
 //	                    │
 //	                    ▼ All, Spokes: the joined fleet view
-//	CSDS (xds.StatusSource), /debug/proxy-status, /debug/spokez
+//	CSDS (xdsstatus.StatusSource), /debug/proxy-status, /debug/spokez
 //	      └─► meshfedctl proxy-status / spokes, the web console
 //
 // A local tracker: the xDS server keeps, per stream, what it sent and what
-// came back (xds.StatusTracker, its own per-stream bookkeeping, read here
+// came back (xdsstatus.Tracker, its own per-stream bookkeeping, read here
 // through the small Proxies interface); the trust-bundle service keeps its
 // spoke streams (Spokes). Neither knows of replicas.
 //
@@ -36,12 +36,12 @@
 // replicas (a reconnect) shown once, its newest stream
 // (proxystatus.Fleet); Spokes merges each cluster's spoke over the
 // replicas (healthy if any holds a stream, Hubs naming them). CSDS and, in
-// time, istio.io/debug/syncz answer from All through xds.StatusSource,
+// time, istio.io/debug/syncz answer from All through xdsstatus.StatusSource,
 // /debug/proxy-status and /debug/spokez from All and Spokes (the
 // documents of pkg/proxystatus and pkg/debugdoc); meshfedctl and the
 // console read those.
 //
-// Config status: the xDS server's config ledger (Config, *xds.Ledger: each
+// Config status: the xDS server's config ledger (Config, *xdsstatus.Ledger: each
 // Istio object's generation and the config epoch it arrived in) rides in
 // the batches too, whole when it changed; ConfigStatus judges every proxy
 // of the fleet against its own replica's ledger (proxystatus.Rollouts), so

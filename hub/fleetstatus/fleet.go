@@ -11,7 +11,7 @@ import (
 )
 
 // Proxies is this replica's proxy status as its xDS server tracks it, per
-// stream; *xds.StatusTracker is one. Its methods may be called
+// stream; *xdsstatus.Tracker is one. Its methods may be called
 // concurrently and must not block for long.
 type Proxies interface {
 	// Records returns the record of every proxy connected here.
@@ -35,7 +35,7 @@ type Spokes interface {
 }
 
 // Config is this replica's config ledger, the config epochs its proxies'
-// records refer to; *xds.Ledger is one. Its methods may be called
+// records refer to; *xdsstatus.Ledger is one. Its methods may be called
 // concurrently and must not block for long.
 type Config interface {
 	// ConfigLedger returns the ledger; the caller may keep it.
@@ -116,7 +116,7 @@ func (f *Fleet) Run(ctx context.Context) {
 	}
 }
 
-// All returns the whole fleet's proxies, sorted (xds.StatusSource: CSDS;
+// All returns the whole fleet's proxies, sorted (xdsstatus.StatusSource: CSDS;
 // /debug/proxy-status).
 func (f *Fleet) All() []proxystatus.Record { return f.view.All() }
 
@@ -205,7 +205,26 @@ func (f *Fleet) DropReplica(id federation.ReplicaID) {
 
 // ConfigStatus returns the fleet's config status (/debug/configstatusz):
 // each object's rollout to every proxy of every replica, by the ledgers
-// the replicas replicate and the fleet's records.
-func (f *Fleet) ConfigStatus(q proxystatus.RolloutQuery) proxystatus.ConfigStatusz {
-	return proxystatus.Rollouts(f.config.all(), f.view.All(), q)
+// the replicas replicate and the fleet's records; or, when q names one
+// object, its pending proxies listed. An object that configz (this
+// replica's account of the Istio objects) refuses says so,
+// with the reason, even when no replica ever applied it.
+func (f *Fleet) ConfigStatus(q proxystatus.RolloutQuery, configz debugdoc.Configz) proxystatus.ConfigStatusz {
+	doc := proxystatus.Rollouts(f.config.all(), f.view.All(), q)
+	refused := func(kind, ns, name string) string {
+		if o, ok := configz.Object(kind, ns, name); ok && o.State == debugdoc.ConfigRejected {
+			return fmt.Sprintf("generation %d is refused (%s)", o.Generation, o.Reason)
+		}
+		return ""
+	}
+	for i := range doc.Objects {
+		o := &doc.Objects[i]
+		o.Rejected = refused(o.Kind, o.Namespace, o.Name)
+	}
+	if q.Name != "" && len(doc.Objects) == 0 {
+		if why := refused(q.Kind, q.Namespace, q.Name); why != "" {
+			doc.Objects = append(doc.Objects, proxystatus.ObjectRollout{Kind: q.Kind, Namespace: q.Namespace, Name: q.Name, Rejected: why})
+		}
+	}
+	return doc
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/trustsvc"
-	"github.com/meshfed/meshfed/hub/xds"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/testutil"
@@ -37,7 +37,7 @@ var _ peerSync = (*Fleet)(nil)
 // The xDS server's tracker is a Proxies, the trust-bundle service's
 // status a Spokes.
 var (
-	_ Proxies = (*xds.StatusTracker)(nil)
+	_ Proxies = (*xdsstatus.Tracker)(nil)
 	_ Spokes  = (*trustsvc.Service)(nil)
 )
 
@@ -81,10 +81,10 @@ func names(recs []proxystatus.Record) []string {
 func TestFleetReplicates(t *testing.T) {
 	t0 := time.Unix(1_750_000_000, 0).UTC()
 	clk := clocktesting.NewFakePassiveClock(t0)
-	tracker := xds.NewStatusTracker("hub-0", clk, nil)
+	tracker := xdsstatus.NewTracker("hub-0", clk, nil)
 	spokes := &localSpokes{changed: make(chan struct{}, 1)}
 	a := New(Options{Self: "hub-0", Proxies: tracker, Spokes: spokes})
-	b := New(Options{Self: "hub-1", Proxies: xds.NewStatusTracker("hub-1", clk, nil)})
+	b := New(Options{Self: "hub-1", Proxies: xdsstatus.NewTracker("hub-1", clk, nil)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go a.Run(ctx)
@@ -143,7 +143,7 @@ func TestFleetReplicates(t *testing.T) {
 	}
 
 	// A replica that (re)connects gets everything at once.
-	c := New(Options{Self: "hub-2", Proxies: xds.NewStatusTracker("hub-2", clk, nil)})
+	c := New(Options{Self: "hub-2", Proxies: xdsstatus.NewTracker("hub-2", clk, nil)})
 	full := a.Full()
 	if full == nil {
 		t.Fatal("no full batch")

@@ -3,12 +3,13 @@ package fleetstatus
 import (
 	"testing"
 
-	"github.com/meshfed/meshfed/hub/xds"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 )
 
 // The xDS server's ledger is a Config.
-var _ Config = (*xds.Ledger)(nil)
+var _ Config = (*xdsstatus.Ledger)(nil)
 
 // localConfig is a replica's config ledger as Fleet reads it.
 type localConfig struct {
@@ -27,8 +28,8 @@ func TestFleetReplicatesLedger(t *testing.T) {
 	vs := proxystatus.ConfigObject{Kind: "VirtualService", Namespace: "demo", Name: "echo", Generation: 2, Epoch: 3}
 	cfg := &localConfig{ledger: proxystatus.ConfigLedger{Replica: "ignored", Epoch: 3, Pending: 3, Objects: []proxystatus.ConfigObject{vs}},
 		changed: make(chan struct{}, 1)}
-	a := New(Options{Self: "hub-0", Proxies: xds.NewStatusTracker("hub-0", nil, nil), Config: cfg})
-	b := New(Options{Self: "hub-1", Proxies: xds.NewStatusTracker("hub-1", nil, nil)})
+	a := New(Options{Self: "hub-0", Proxies: xdsstatus.NewTracker("hub-0", nil, nil), Config: cfg})
+	b := New(Options{Self: "hub-1", Proxies: xdsstatus.NewTracker("hub-1", nil, nil)})
 
 	raw := a.Full()
 	if raw == nil {
@@ -40,7 +41,7 @@ func TestFleetReplicatesLedger(t *testing.T) {
 	if err := b.Apply("hub-0", raw); err != nil {
 		t.Fatal(err)
 	}
-	doc := b.ConfigStatus(proxystatus.RolloutQuery{})
+	doc := b.ConfigStatus(proxystatus.RolloutQuery{}, debugdoc.Configz{})
 	if len(doc.Replicas) != 1 || doc.Replicas[0] != (proxystatus.ReplicaEpoch{Replica: "hub-0", Epoch: 3, Objects: 1}) {
 		t.Fatalf("replicas %+v", doc.Replicas)
 	}
@@ -58,15 +59,41 @@ func TestFleetReplicatesLedger(t *testing.T) {
 	if err := b.Apply("hub-0", raw); err != nil {
 		t.Fatal(err)
 	}
-	if o := b.ConfigStatus(proxystatus.RolloutQuery{}).Objects; len(o) != 1 || o[0].Generation != 3 {
+	if o := b.ConfigStatus(proxystatus.RolloutQuery{}, debugdoc.Configz{}).Objects; len(o) != 1 || o[0].Generation != 3 {
 		t.Fatalf("after the change: %+v", o)
 	}
 	// Its own view includes its ledger, under its own name.
-	if r := a.ConfigStatus(proxystatus.RolloutQuery{}).Replicas; len(r) != 1 || r[0].Replica != "hub-0" || r[0].Epoch != 3 {
+	if r := a.ConfigStatus(proxystatus.RolloutQuery{}, debugdoc.Configz{}).Replicas; len(r) != 1 || r[0].Replica != "hub-0" || r[0].Epoch != 3 {
 		t.Fatalf("own view: %+v", r)
 	}
 	b.DropReplica("hub-0")
-	if doc := b.ConfigStatus(proxystatus.RolloutQuery{}); len(doc.Objects) != 0 || len(doc.Replicas) != 0 {
+	if doc := b.ConfigStatus(proxystatus.RolloutQuery{}, debugdoc.Configz{}); len(doc.Objects) != 0 || len(doc.Replicas) != 0 {
 		t.Fatalf("after the replica left: %+v", doc)
+	}
+}
+
+// An object this replica refuses says so in the config status, with its
+// generation and reason: beside its rollout when a replica applied an
+// older generation, and alone when none ever applied it and it is asked
+// for by name.
+func TestConfigStatusSaysWhatIsRefused(t *testing.T) {
+	vs := proxystatus.ConfigObject{Kind: "VirtualService", Namespace: "demo", Name: "echo", Generation: 2, Epoch: 3}
+	cfg := &localConfig{ledger: proxystatus.ConfigLedger{Epoch: 3, Pending: 3, Objects: []proxystatus.ConfigObject{vs}},
+		changed: make(chan struct{}, 1)}
+	f := New(Options{Self: "hub-0", Proxies: xdsstatus.NewTracker("hub-0", nil, nil), Config: cfg})
+	configz := debugdoc.Configz{Objects: []debugdoc.ConfigzObject{
+		{Kind: "VirtualService", Namespace: "demo", Name: "echo", Generation: 3, State: debugdoc.ConfigRejected, Reason: "no hosts"},
+		{Kind: "DestinationRule", Namespace: "demo", Name: "new", Generation: 1, State: debugdoc.ConfigRejected, Reason: "bad subset"},
+	}}
+	doc := f.ConfigStatus(proxystatus.RolloutQuery{}, configz)
+	if len(doc.Objects) != 1 || doc.Objects[0].Rejected != "generation 3 is refused (no hosts)" {
+		t.Errorf("rollouts %+v: want echo's, saying generation 3 is refused", doc.Objects)
+	}
+	doc = f.ConfigStatus(proxystatus.RolloutQuery{Kind: "DestinationRule", Namespace: "demo", Name: "new"}, configz)
+	if len(doc.Objects) != 1 || doc.Objects[0].Name != "new" || doc.Objects[0].Rejected != "generation 1 is refused (bad subset)" {
+		t.Errorf("asked for the refused DestinationRule: %+v", doc.Objects)
+	}
+	if doc := f.ConfigStatus(proxystatus.RolloutQuery{Kind: "DestinationRule", Namespace: "demo", Name: "other"}, configz); len(doc.Objects) != 0 {
+		t.Errorf("an object nobody knows: %+v", doc.Objects)
 	}
 }

@@ -76,7 +76,7 @@ func (c *groupCache) adoptBuilt() {
 func (c *groupCache) buildGroup(g xdsgen.ProxyGroup, hg *heldGroup) {
 	v := c.view.Load()
 	initial := xdsgen.GroupAssignments(meshServices(c.services(), v.cfg), g, v.cfg)
-	lc := c.ledger.newCacheAt(resourcev3.EndpointType, initial, v.epoch)
+	lc := newCacheAt(c.ledger, resourcev3.EndpointType, initial, v.epoch)
 	c.mu.Lock()
 	hg.lc = lc
 	close(hg.ready)
@@ -167,7 +167,7 @@ func (c *groupCache) adoptLocked() {
 			c.write(w.cache, func() error { return w.cache.UpdateResources(w.Upsert, w.Delete) })
 		}
 		for _, lc := range a.sc.caches {
-			c.ledger.adopted(lc)
+			c.ledger.Adopted(lc.id)
 		}
 	}
 	c.metrics.routeSets.Set(float64(c.envoy.RouteSets()))
@@ -191,5 +191,5 @@ func (c *groupCache) holds(ok func() bool) bool {
 // only fails for a nil resource, which the generators never make.
 func (c *groupCache) write(lc *versioned, do func() error) {
 	_ = do()
-	c.ledger.adopted(lc)
+	c.ledger.Adopted(lc.id)
 }

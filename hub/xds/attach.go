@@ -135,7 +135,7 @@ func (c *groupCache) detach(a attachment) {
 		// its cache; one of them may still be building it.
 		if hg.ready != nil {
 			<-hg.ready
-			c.ledger.release(hg.lc)
+			c.ledger.Release(hg.lc.id)
 		}
 		c.planner.ForgetGroup(g)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/hub/xds/ads"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
@@ -315,7 +316,7 @@ func (m markedStream[Req, Resp]) Context() context.Context { return m.ctx }
 // authenticated first.
 type authenticatedCSDS struct {
 	statusv3.UnimplementedClientStatusDiscoveryServiceServer
-	inner *csdsServer
+	inner *xdsstatus.CSDS
 	authn *authenticator
 }
 

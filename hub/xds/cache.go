@@ -12,6 +12,7 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -41,7 +42,7 @@ type groupCache struct {
 	shared  map[string]*versioned // by type URL: LDS, RDS, CDS; fixed at construction
 	metrics *metrics
 	// ledger versions every cache and keeps the config epochs.
-	ledger *Ledger
+	ledger *xdsstatus.Ledger
 	opts   xdsgen.Options
 
 	// services returns the registry's services, sorted by hostname (see
@@ -81,7 +82,7 @@ type groupCache struct {
 	secrets *versioned
 
 	// debug answers Istio's debug types (istioctl); set once, by New.
-	debug *debugTypes
+	debug *xdsstatus.DebugTypes
 	// unserved is told of each watch of a type the proxy gets nothing
 	// of; set once, by New. It must not block.
 	unserved func(typeURL string, node *corev3.Node)
@@ -106,7 +107,7 @@ type heldGroup struct {
 
 var _ cachev3.Cache = (*groupCache)(nil)
 
-func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, m *metrics, l *Ledger) *groupCache {
+func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, m *metrics, l *xdsstatus.Ledger) *groupCache {
 	c := &groupCache{
 		shared:      map[string]*versioned{},
 		metrics:     m,
@@ -118,13 +119,13 @@ func newGroupCache(opts xdsgen.Options, services func() []*model.MergedService, 
 		groups:      map[xdsgen.ProxyGroup]*heldGroup{},
 		sidecars:    map[string]*sidecar{},
 		adopt:       make(chan struct{}, 1),
-		envoyRoutes: l.newCache(resourcev3.RouteType, nil),
-		secrets:     l.newCache(resourcev3.SecretType, nil),
+		envoyRoutes: newCache(l, resourcev3.RouteType, nil),
+		secrets:     newCache(l, resourcev3.SecretType, nil),
 	}
 	sealed, _ := l.Epochs()
 	c.view.Store(&pushView{epoch: sealed})
 	for _, t := range xdsgen.SharedTypes {
-		c.shared[t] = l.newCache(t, nil)
+		c.shared[t] = newCache(l, t, nil)
 	}
 	return c
 }
@@ -155,7 +156,7 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 	secChanged := false
 	if old := c.planner.Config(); cfg != old {
 		secChanged = istioconfig.SecurityChanged(old, cfg)
-		c.ledger.begin(cfg)
+		c.ledger.Begin(cfg)
 		view.cfg = cfg
 		_, view.epoch = c.ledger.Epochs()
 		hosts := union(hostnames(c.services()), union(old.EntryHosts(), cfg.EntryHosts()))
@@ -220,7 +221,7 @@ func (c *groupCache) sidecarWrites(sp xdsgen.SidecarPlan) []write {
 func (c *groupCache) seal() bool {
 	c.pushMu.Lock()
 	defer c.pushMu.Unlock()
-	return c.ledger.seal()
+	return c.ledger.Seal()
 }
 
 // meshServicesLocked returns the mesh's services under the planner's
@@ -354,7 +355,7 @@ func (c *groupCache) group(g xdsgen.ProxyGroup) *versioned {
 }
 
 func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, out chan cachev3.Response) (func(), error) {
-	if IsDebugType(req.GetTypeUrl()) {
+	if xdsstatus.IsDebugType(req.GetTypeUrl()) {
 		return c.debug.CreateWatch(req, sub, out)
 	}
 	at, cn := attachmentOfWatch(sub, req.GetNode())
@@ -382,7 +383,7 @@ func (c *groupCache) unservedWatch(typeURL string, node *corev3.Node, err error)
 }
 
 func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, out chan cachev3.DeltaResponse) (func(), error) {
-	if IsDebugType(req.GetTypeUrl()) {
+	if xdsstatus.IsDebugType(req.GetTypeUrl()) {
 		return c.debug.CreateDeltaWatch(req, sub, out)
 	}
 	at, cn := attachmentOfWatch(sub, req.GetNode())

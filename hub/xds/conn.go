@@ -9,15 +9,9 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/meshfed/meshfed/hub/xds/ads"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
-
-// streamKey identifies a stream in its status record: its protocol and
-// the stream server's ID, unique across protocols.
-type streamKey struct {
-	delta bool
-	id    int64
-}
 
 // conn is the hub's side of one ADS stream (ads.Stream): made when the
 // stream opens, dropped when it closes, and called only from the stream's
@@ -39,7 +33,7 @@ type conn struct {
 	// watch of the stream found it (groupCache.pick).
 	eds    *versioned
 	nacks  nackRuns
-	status *TrackedStream
+	status *xdsstatus.Stream
 }
 
 var _ ads.Handler = (*Server)(nil)
@@ -123,7 +117,7 @@ func (c *conn) admit(node *corev3.Node) error {
 // config would otherwise flood the log.
 func (c *conn) nacked(node *corev3.Node, typeURL string, nack *status.Status) {
 	if nack != nil {
-		c.s.metrics.nacks.WithLabelValues(shortType(typeURL)).Inc()
+		c.s.metrics.nacks.WithLabelValues(xdsstatus.TypeLabel(typeURL)).Inc()
 	}
 	d := c.s.nacks.wait(c.ctx.Done(), c.nacks, typeURL, nack != nil)
 	if nack != nil {
@@ -136,7 +130,7 @@ func (c *conn) nacked(node *corev3.Node, typeURL string, nack *status.Status) {
 // more than nackLogRate a second arrive; the rest, and the ones after the
 // first of a row, at debug level.
 func (s *Server) logNACK(node, typeURL, nackMsg string, d time.Duration) {
-	node, nackMsg = clip(node, maxLoggedDetailBytes), clip(nackMsg, maxLoggedDetailBytes)
+	node, nackMsg = xdsstatus.Clip(node, maxLoggedDetailBytes), xdsstatus.Clip(nackMsg, maxLoggedDetailBytes)
 	switch {
 	case d == s.nacks.policy.Initial && s.nackLog.AllowN(s.clk.Now(), 1):
 		s.opts.Log.Info("proxy rejected config", "node", node, "type", typeURL, "error", nackMsg)

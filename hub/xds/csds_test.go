@@ -19,8 +19,10 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/proxystatus/csds"
+	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 )
 
@@ -283,7 +285,7 @@ func TestCSDSFleetSource(t *testing.T) {
 // TestServerTracker: a tracker given in Options is the one the streams
 // feed (the hub builds it first, for its fleet status to read).
 func TestServerTracker(t *testing.T) {
-	tr := NewStatusTracker("hub-0", nil, nil)
+	tr := xdsstatus.NewTracker("hub-0", nil, nil)
 	srv := runServer(t, Options{Registry: store.New(store.Options{Self: "test"}), Replica: "hub-0", Tracker: tr})
 	if srv.Status() != tr {
 		t.Fatal("the server made a tracker of its own")
@@ -359,4 +361,10 @@ func TestCSDSDelta(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// waitUntil waits (bounded) for cond to hold, naming what in a failure.
+func waitUntil(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, testutil.Named(what, cond))
 }

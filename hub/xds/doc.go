@@ -34,7 +34,7 @@
 // holding everything kept of it: the caller's credentials and proven
 // identity, the node it was admitted with (its metadata read once), its
 // attachment to a proxy group and Envoy sidecar, its NACKs in a row and
-// its status record (TrackedStream). The caches route each watch by the
+// its status record (xdsstatus.Stream). The caches route each watch by the
 // conn's attachment (ads.StreamOf); the group cache and the status
 // tracker keep only indexes of what conns attach to them.
 //
@@ -48,7 +48,7 @@
 // for by the name xdsgen.InboundListenerName(IP:port), enforce the policy
 // (PeerAuthentication, AuthorizationPolicy) of the workload at that
 // address: the Pod the registry has there in the asking server's cluster
-// (workload.go). The groupCache builds one when a watch first names it and
+// (xdsgen.Pods). The groupCache builds one when a watch first names it and
 // puts it in the listener watch cache before the watch is created; it
 // stays there (one small resource per server address ever seen), and a
 // push rebuilds it when its policy changes: on any change of the security
@@ -59,7 +59,7 @@
 //
 // Envoy sidecars (a node whose user_agent_name is "envoy" and whose
 // metadata does not say GENERATOR=grpc) get Istio-shaped resources from
-// xdsgen's sidecar generator. Their routes (named by port) are shared by
+// xdsgen's sidecar generator, planned by xdsgen.SidecarPlanner. Their routes (named by port) are shared by
 // every sidecar of a route set (its route class, the VirtualService
 // matches on clients the pod satisfies, under its Sidecar scope's egress;
 // most sidecars are of the default set, and each other set's routes are
@@ -79,19 +79,14 @@
 // update, so the stream server sends them again on that stream, after
 // the clusters, whenever the answer goes out.
 //
-// Istio's debug types (istio.io/debug/..., see syncz.go) are answered from
-// the fleet-wide StatusSource, as istiod answers istioctl proxy-status:
-// istio.io/debug/syncz is one envoy.service.status.v3.ClientConfig per
-// proxy of every replica. Streams that ask only for debug types are tools,
-// not proxies: the StatusTracker does not list them.
+// What the server knows of its proxies lives apart from the caches, in
+// package xdsstatus: each stream's status record (xdsstatus.Tracker, fed
+// by the conn), CSDS and Istio's debug types (answered from the
+// fleet-wide xdsstatus.StatusSource, as istiod answers istioctl
+// proxy-status), and the config ledger, which observes every watch cache
+// (versioned.go: a cache names its versions after its ID there) to say
+// which Istio configuration each response holds.
 //
-// Config epochs (ledger.go) say which Istio configuration each response
-// holds, for the fleet's config status: every watch cache is created by
-// the Ledger with a version prefix of its own ("<id>."), a push of a new
-// configuration begins an epoch (each object's new generation, or its
-// removal, arrives in it) and seals it once its writes are done, marking
-// each cache's version. The StatusTracker puts the epoch of each ACKed and
-// NACKed version in the proxy's record (TypeStatus.AckedEpoch, NackEpoch).
 // ServiceEntries are merged with the registry's services under the
 // planner's configuration (meshServicesLocked, istioconfig.MergeEntry), so
 // every generator sees them as services.

@@ -9,12 +9,12 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -136,70 +136,49 @@ func writeN(tb testing.TB, c *versioned, k int) {
 	}
 }
 
-// BenchmarkTracker10kEpochs is BenchmarkTracker10k with config epochs:
-// every record looks the epochs of its ACKed versions up in a ledger of
-// 10,000 caches (a sidecar's worth each), 64 seals deep.
-func BenchmarkTracker10kEpochs(b *testing.B) {
-	l := NewLedger("hub-0")
-	caches := make([]*versioned, 10000)
-	for i := range caches {
-		caches[i] = l.newCache(resourcev3.ClusterType, nil)
-	}
-	for range maxMarks {
-		l.begin(nil)
-		for _, c := range caches {
-			writeN(b, c, 1)
-		}
-		l.seal()
-	}
-	tr := NewStatusTracker("hub-0", nil, prometheus.NewRegistry())
-	tr.useEpochs(l.epochOf)
-	benchTracker(b, tr, func(i, n int) string { return fmt.Sprintf("%d.%d", caches[i].id, 32+n%32) })
-}
-
 // TestLedgerEpochOf: a version holds the epoch of the last seal at or
 // below it; versions of no live cache, malformed ones and those older than
 // every remembered seal hold none; removals are remembered, and a removed
 // object that comes back is an object again.
 func TestLedgerEpochOf(t *testing.T) {
-	l := NewLedger("hub-0")
-	c := l.newCache(resourcev3.ClusterType, nil)
+	l := xdsstatus.NewLedger("hub-0")
+	c := newCache(l, resourcev3.ClusterType, nil)
 	v := func(n uint64) string { return fmt.Sprintf("%d.%d", c.id, n) }
-	if e := l.epochOf(v(0)); e != 1 {
+	if e := l.EpochOf(v(0)); e != 1 {
 		t.Fatalf("a new cache's version holds epoch %d, want 1", e)
 	}
 	writeN(t, c, 2) // two writes, then a seal: version 2 holds epoch 2
-	l.begin(configOf(echoVS(1)))
-	l.seal()
+	l.Begin(configOf(echoVS(1)))
+	l.Seal()
 	writeN(t, c, 1) // a write after it (an endpoint push) holds epoch 2 too
 	for n, want := range map[uint64]uint64{0: 1, 1: 1, 2: 2, 3: 2} {
-		if e := l.epochOf(v(n)); e != want {
+		if e := l.EpochOf(v(n)); e != want {
 			t.Errorf("version %d holds epoch %d, want %d", n, e, want)
 		}
 	}
 	for _, bad := range []string{"", "7", "x.1", "1.x", fmt.Sprintf("%d.1", c.id+1)} {
-		if e := l.epochOf(bad); e != 0 {
+		if e := l.EpochOf(bad); e != 0 {
 			t.Errorf("%q holds epoch %d, want 0", bad, e)
 		}
 	}
-	for range maxMarks {
+	for range xdsstatus.MaxMarks {
 		writeN(t, c, 1)
-		l.begin(configOf(echoVS(1)))
-		l.seal()
+		l.Begin(configOf(echoVS(1)))
+		l.Seal()
 	}
-	if e := l.epochOf(v(0)); e != 0 {
+	if e := l.EpochOf(v(0)); e != 0 {
 		t.Errorf("a version older than every remembered seal holds epoch %d, want 0", e)
 	}
-	l.begin(configOf())
+	l.Begin(configOf())
 	if o := l.ConfigLedger().Objects; len(o) != 1 || !o[0].Deleted {
 		t.Errorf("after the removal: %+v", o)
 	}
-	l.begin(configOf(echoVS(1)))
-	if o := l.ConfigLedger().Objects; len(o) != 1 || o[0].Deleted || o[0].Epoch != l.pending {
+	l.Begin(configOf(echoVS(1)))
+	if o := l.ConfigLedger().Objects; len(o) != 1 || o[0].Deleted || o[0].Epoch != pendingOf(l) {
 		t.Errorf("after it came back: %+v", o)
 	}
-	l.release(c)
-	if e := l.epochOf(v(3)); e != 0 {
+	l.Release(c.id)
+	if e := l.EpochOf(v(3)); e != 0 {
 		t.Errorf("a released cache's version holds epoch %d", e)
 	}
 }
@@ -207,16 +186,20 @@ func TestLedgerEpochOf(t *testing.T) {
 // A write the cache refuses makes no version, so the seal after it marks
 // the version the cache really holds.
 func TestLedgerSealsTheCachesVersion(t *testing.T) {
-	l := NewLedger("hub-0")
-	c := l.newCache(resourcev3.ClusterType, nil)
+	l := xdsstatus.NewLedger("hub-0")
+	c := newCache(l, resourcev3.ClusterType, nil)
 	writeN(t, c, 1)
 	if err := c.UpdateResources(map[string]types.Resource{"bad": nil}, nil); err == nil {
 		t.Fatal("a nil resource was written")
 	}
-	l.begin(configOf(echoVS(1)))
-	l.seal()
+	l.Begin(configOf(echoVS(1)))
+	l.Seal()
 	v := func(n uint64) string { return fmt.Sprintf("%d.%d", c.id, n) }
-	if e, want := l.epochOf(v(1)), l.epoch; e != want {
+	if e, want := l.EpochOf(v(1)), sealedOf(l); e != want {
 		t.Errorf("the cache's version 1 holds epoch %d, want the sealed %d", e, want)
 	}
 }
+
+func pendingOf(l *xdsstatus.Ledger) uint64 { _, p := l.Epochs(); return p }
+
+func sealedOf(l *xdsstatus.Ledger) uint64 { s, _ := l.Epochs(); return s }

@@ -3,8 +3,6 @@ package xds
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc/codes"
@@ -31,8 +29,6 @@ const (
 	// maxLocalityBytes bounds each of region, zone and sub-zone, which
 	// key proxy groups too.
 	maxLocalityBytes = 128
-	// maxDetailBytes bounds a NACK message as kept in status.
-	maxDetailBytes = 4096
 	// maxLoggedDetailBytes bounds a NACK message (and a node ID) as logged.
 	maxLoggedDetailBytes = 512
 )
@@ -71,17 +67,4 @@ func checkNodeSize(node *corev3.Node, md xdsnode.Metadata) error {
 		}
 	}
 	return nil
-}
-
-// clip returns s cut to at most n bytes (on a rune boundary), followed by
-// how long it was when it was cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "… (" + strconv.Itoa(len(s)) + " bytes)"
 }

@@ -21,19 +21,20 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/meshfed/meshfed/hub/store"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	waitutil "github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
 func TestClip(t *testing.T) {
-	if got := clip("short", 10); got != "short" {
+	if got := xdsstatus.Clip("short", 10); got != "short" {
 		t.Errorf("clip kept %q", got)
 	}
 	long := strings.Repeat("é", 100) // 200 bytes, 2 per rune
-	got := clip(long, 51)
+	got := xdsstatus.Clip(long, 51)
 	if !utf8.ValidString(got) || !strings.HasPrefix(got, strings.Repeat("é", 25)+"…") || !strings.HasSuffix(got, "(200 bytes)") {
-		t.Errorf("clip(200 bytes, 51) = %q", got)
+		t.Errorf("xdsstatus.Clip(200 bytes, 51) = %q", got)
 	}
 }
 
@@ -99,7 +100,7 @@ func TestOversizedInput(t *testing.T) {
 		for _, rec := range s.Status().Records() {
 			for _, ts := range rec.Types {
 				if ts.Nack != "" {
-					if len(ts.Nack) > maxDetailBytes+32 {
+					if len(ts.Nack) > xdsstatus.MaxDetailBytes+32 {
 						t.Fatalf("status keeps a NACK message of %d bytes", len(ts.Nack))
 					}
 					return nil

@@ -20,10 +20,10 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/meshfed/meshfed/hub/xds/ads"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/pki"
-	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
@@ -65,17 +65,17 @@ type Options struct {
 	// what it is sent (see nackBackoff); zero values take the defaults.
 	NACKBackoff Backoff
 	// Tracker is fed the ACK/NACK of every stream of the server; nil means
-	// a tracker of the server's own (NewStatusTracker with Replica, Clock
+	// a tracker of the server's own (xdsstatus.NewTracker with Replica, Clock
 	// and Metrics). The hub builds it first, so that its fleet status can
-	// read it and be the StatusSource.
-	Tracker *StatusTracker
+	// read it and be the xdsstatus.StatusSource.
+	Tracker *xdsstatus.Tracker
 	// Ledger keeps the config epochs of the server's responses; nil means
 	// one of the server's own. The hub builds it first, so that its fleet
 	// status can replicate it.
-	Ledger *Ledger
+	Ledger *xdsstatus.Ledger
 	// StatusSource is what CSDS answers from; nil means the tracker, that
 	// is this replica's proxies only.
-	StatusSource StatusSource
+	StatusSource xdsstatus.StatusSource
 	// Admission limits the ADS streams of the plaintext port; the hub
 	// builds it first and gives the CA's port the same one
 	// (Admission.ServerOptions), so that the limits hold for both. Nil
@@ -106,14 +106,14 @@ type Server struct {
 	clk     clock.WithTicker
 	cache   *groupCache
 	metrics *metrics
-	status  *StatusTracker
+	status  *xdsstatus.Tracker
 	nacks   *nackBackoff
 	nackLog *rate.Limiter // first NACKs of streams logged at info level
 	// unservedLog bounds the info-level logs of requests of types the
 	// hub does not serve to the asking proxy.
 	unservedLog *rate.Limiter
-	csds        *csdsServer
-	ledger      *Ledger // config epochs (ConfigLedger)
+	csds        *xdsstatus.CSDS
+	ledger      *xdsstatus.Ledger // config epochs (ConfigLedger)
 	authn       *authenticator
 	// xds is the one stream server of every port, so that stream IDs
 	// (the keys of status, NACK backoff and groups) are unique across
@@ -171,22 +171,22 @@ func New(opts Options) *Server {
 	}
 	s.status = opts.Tracker
 	if s.status == nil {
-		s.status = NewStatusTracker(opts.Replica, clk, opts.Metrics)
+		s.status = xdsstatus.NewTracker(opts.Replica, clk, opts.Metrics)
 	}
 	s.nacks = newNACKBackoff(opts.NACKBackoff, clk)
 	s.nackLog = rate.NewLimiter(nackLogRate, nackLogBurst)
-	var src StatusSource = s.status
+	var src xdsstatus.StatusSource = s.status
 	if opts.StatusSource != nil {
 		src = opts.StatusSource
 	}
-	s.csds = newCSDS(src)
+	s.csds = xdsstatus.NewCSDS(src)
 	s.ledger = opts.Ledger
 	if s.ledger == nil {
-		s.ledger = NewLedger(opts.Replica)
+		s.ledger = xdsstatus.NewLedger(opts.Replica)
 	}
-	s.status.useEpochs(s.ledger.epochOf)
+	s.status.UseEpochs(s.ledger.EpochOf)
 	s.cache = newGroupCache(opts.genOptions(), func() []*model.MergedService { return s.opts.Registry.Services() }, s.metrics, s.ledger)
-	s.cache.debug = newDebugTypes(src, opts.Replica)
+	s.cache.debug = xdsstatus.NewDebugTypes(src, opts.Replica)
 	s.unservedLog = rate.NewLimiter(refusalLogRate, refusalLogBurst)
 	s.cache.unserved = s.logUnserved
 	s.authn = newAuthenticator(opts.Authn, clk, opts.Log.WithName("authn"), opts.Metrics)
@@ -213,7 +213,7 @@ func (s *Server) RegisterAuthenticated(r grpc.ServiceRegistrar) {
 }
 
 // Status returns the tracker of this replica's proxies' sync status.
-func (s *Server) Status() *StatusTracker { return s.status }
+func (s *Server) Status() *xdsstatus.Tracker { return s.status }
 
 // Addr returns the address the plaintext port listens on, once Run has
 // bound it; nil when Options.Addr is empty.
@@ -311,27 +311,17 @@ func (s *Server) push(hs []model.Hostname, configChanged bool) {
 			s.opts.Log.Error(err, "updating xDS cache", "type", w.typeURL)
 			continue
 		}
-		s.metrics.pushes.WithLabelValues(shortType(w.typeURL)).Inc()
+		s.metrics.pushes.WithLabelValues(xdsstatus.TypeLabel(w.typeURL)).Inc()
 	}
 	if s.cache.seal() {
 		// Every proxy's ACKed versions may hold the new epoch now.
-		s.status.touchAll()
+		s.status.TouchAll()
 	}
 	s.metrics.pushDuration.Observe(s.clk.Since(start).Seconds())
 }
 
 // Ledger returns the server's config ledger.
-func (s *Server) Ledger() *Ledger { return s.ledger }
-
-// shortType is the metric label of a type URL: proxystatus's short name,
-// or "other" for a type the hub does not know, so that a proxy cannot grow
-// the label set by asking for made-up types.
-func shortType(typeURL string) string {
-	if short := proxystatus.ShortType(typeURL); short != typeURL {
-		return short
-	}
-	return "other"
-}
+func (s *Server) Ledger() *xdsstatus.Ledger { return s.ledger }
 
 // The rate at which first NACKs of streams are logged at info level.
 const (
@@ -349,13 +339,13 @@ const (
 // logUnserved counts, and logs at a bounded rate, a request of a type the
 // proxy gets nothing of (groupCache.unservedWatch).
 func (s *Server) logUnserved(typeURL string, node *corev3.Node) {
-	s.metrics.unserved.WithLabelValues(shortType(typeURL)).Inc()
+	s.metrics.unserved.WithLabelValues(xdsstatus.TypeLabel(typeURL)).Inc()
 	log := s.opts.Log.V(1)
 	if s.unservedLog.AllowN(s.clk.Now(), 1) {
 		log = s.opts.Log
 	}
 	log.Info("proxy asked for a type this hub does not serve it: the type gets no resources",
-		"type", clip(typeURL, maxLoggedDetailBytes), "node", clip(node.GetId(), maxLoggedDetailBytes))
+		"type", xdsstatus.Clip(typeURL, maxLoggedDetailBytes), "node", xdsstatus.Clip(node.GetId(), maxLoggedDetailBytes))
 }
 
 // requestChecked refuses a request whose node (of metadata md) exceeds
@@ -369,7 +359,7 @@ func (s *Server) requestChecked(node *corev3.Node, md xdsnode.Metadata) error {
 	}
 	if err != nil {
 		s.metrics.refused.WithLabelValues(reason).Inc()
-		s.opts.Log.Info("xDS request refused", "reason", reason, "node", clip(node.GetId(), maxLoggedDetailBytes), "error", err.Error())
+		s.opts.Log.Info("xDS request refused", "reason", reason, "node", xdsstatus.Clip(node.GetId(), maxLoggedDetailBytes), "error", err.Error())
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
@@ -79,19 +80,19 @@ type sidecar struct {
 // newSidecarCaches returns the caches of an Envoy node built apart from
 // the planner from the configuration of epoch, holding built (by type
 // URL).
-func newSidecarCaches(l *Ledger, built map[string]map[string]types.Resource, epoch uint64) map[string]*versioned {
+func newSidecarCaches(l *xdsstatus.Ledger, built map[string]map[string]types.Resource, epoch uint64) map[string]*versioned {
 	caches := map[string]*versioned{}
 	for _, t := range xdsgen.SidecarTypes {
-		caches[t] = l.newCacheAt(t, built[t], epoch)
+		caches[t] = newCacheAt(l, t, built[t], epoch)
 	}
 	caches[resourcev3.ClusterType].rewarmsOf = rewarmsOf
 	return caches
 }
 
 // release gives the sidecar's caches back to l: it is freed.
-func (s *sidecar) release(l *Ledger) {
+func (s *sidecar) release(l *xdsstatus.Ledger) {
 	for _, lc := range s.caches {
-		l.release(lc)
+		l.Release(lc.id)
 	}
 }
 

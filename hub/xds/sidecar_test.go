@@ -21,6 +21,7 @@ import (
 
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/hub/xds/ads"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 	"github.com/meshfed/meshfed/pkg/model"
 	waitutil "github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -186,7 +187,7 @@ func planFixture(t *testing.T, opts xdsgen.Options, ip string) (*store.Store, *g
 	st := store.New(store.Options{Self: "test"})
 	write := storeWriter(t, st)
 	write(shard("c1", "r1", "10.0.0.5"))
-	c := newGroupCache(opts, st.Services, newMetrics(nil), NewLedger("test"))
+	c := newGroupCache(opts, st.Services, newMetrics(nil), xdsstatus.NewLedger("test"))
 	node := envoyNode(ip, "pod-"+ip, "c1", "NONE")
 	c.attach(attachment{}, node, xdsnode.MetadataOf(node.GetMetadata()))
 	c.adoptBuilt() // as the push loop does

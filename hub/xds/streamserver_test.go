@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/meshfed/meshfed/hub/xds/ads"
+	"github.com/meshfed/meshfed/hub/xds/xdsstatus"
 )
 
 // TestServerAnswersAsGoControlPlane plays the same random streams against
@@ -421,7 +422,7 @@ func (c *playClient) recv(t *testing.T, i int) (line, typeURL, nonce string) {
 			}
 		}
 		removed := slices.Sorted(slices.Values(r.GetRemovedResources()))
-		return fmt.Sprintf("%s %s nonce=%s %v removed=%v", shortType(r.GetTypeUrl()), r.GetSystemVersionInfo(), r.GetNonce(),
+		return fmt.Sprintf("%s %s nonce=%s %v removed=%v", xdsstatus.TypeLabel(r.GetTypeUrl()), r.GetSystemVersionInfo(), r.GetNonce(),
 			deltaResources(r), removed), r.GetTypeUrl(), r.GetNonce()
 	}
 	r, err := c.sotw[i].Recv()
@@ -432,6 +433,6 @@ func (c *playClient) recv(t *testing.T, i int) (line, typeURL, nonce string) {
 	if ct != nil {
 		ct.nonce, ct.version, ct.nonces = r.GetNonce(), r.GetVersionInfo(), append(ct.nonces, r.GetNonce())
 	}
-	return fmt.Sprintf("%s %s nonce=%s %v", shortType(r.GetTypeUrl()), r.GetVersionInfo(), r.GetNonce(), sotwResources(r)),
+	return fmt.Sprintf("%s %s nonce=%s %v", xdsstatus.TypeLabel(r.GetTypeUrl()), r.GetVersionInfo(), r.GetNonce(), sotwResources(r)),
 		r.GetTypeUrl(), r.GetNonce()
 }

@@ -6,7 +6,7 @@
 // # Walk-through
 //
 // A hub replica's xDS server watches every response it sends and every
-// request that ACKs or NACKs one (hub/xds.StatusTracker). For each proxy it
+// request that ACKs or NACKs one (hub/xdsstatus.Tracker). For each proxy it
 // keeps a Record: the proxy's node ID, its "<pod>.<ns>" name (xdsnode.ParseID),
 // its cluster, the replica serving it, and one TypeStatus per xDS type keyed
 // by short type ("cds", "lds", "eds", "rds", "ecds"). TypeStatus.Compute

@@ -1,4 +1,4 @@
-package xds
+package xdsstatus
 
 import (
 	"context"
@@ -34,24 +34,24 @@ func testNode(id, cluster string) *corev3.Node {
 	}
 }
 
-// trackerScript drives a StatusTracker the way go-control-plane's stream
+// trackerScript drives a Tracker the way go-control-plane's stream
 // server does, with a fake clock.
 type trackerScript struct {
 	t       *testing.T
-	tr      *StatusTracker
+	tr      *Tracker
 	clk     *clocktesting.FakePassiveClock
 	reg     *prometheus.Registry
-	streams map[streamKey]*TrackedStream // as the streams' conns hold them
+	streams map[streamKey]*Stream // as the streams' conns hold them
 }
 
 func newTrackerScript(t *testing.T) *trackerScript {
 	clk := clocktesting.NewFakePassiveClock(statusT0)
 	reg := prometheus.NewRegistry()
-	return &trackerScript{t: t, tr: NewStatusTracker("hub-0", clk, reg), clk: clk, reg: reg, streams: map[streamKey]*TrackedStream{}}
+	return &trackerScript{t: t, tr: NewTracker("hub-0", clk, reg), clk: clk, reg: reg, streams: map[streamKey]*Stream{}}
 }
 
 // stream returns the record of a stream, opening it at its first use.
-func (s *trackerScript) stream(delta bool, id int64) *TrackedStream {
+func (s *trackerScript) stream(delta bool, id int64) *Stream {
 	k := streamKey{delta, id}
 	if s.streams[k] == nil {
 		s.streams[k] = s.tr.Open(delta, id)
@@ -331,7 +331,7 @@ func waitUntil(t *testing.T, what string, cond func() error) {
 
 // TestTrackerConcurrent runs many streams at once under -race.
 func TestTrackerConcurrent(t *testing.T) {
-	tr := NewStatusTracker("hub-0", nil, nil)
+	tr := NewTracker("hub-0", nil, nil)
 	var wg sync.WaitGroup
 	for i := range 32 {
 		wg.Add(1)
@@ -366,17 +366,17 @@ func TestTrackerConcurrent(t *testing.T) {
 // BenchmarkTracker10k: one push (response and ACK of three types) to each
 // of 10,000 proxies, then a full Records() snapshot, as CSDS takes.
 func BenchmarkTracker10k(b *testing.B) {
-	tr := NewStatusTracker("hub-0", nil, prometheus.NewRegistry())
+	tr := NewTracker("hub-0", nil, prometheus.NewRegistry())
 	benchTracker(b, tr, func(_, n int) string { return fmt.Sprint(n) })
 }
 
 // benchTracker runs 10,000 proxies of three types on tr, each round a
 // response of version(proxy, round) and its ACK per proxy and type, then
 // the records and the changes taken.
-func benchTracker(b *testing.B, tr *StatusTracker, version func(proxy, round int) string) {
+func benchTracker(b *testing.B, tr *Tracker, version func(proxy, round int) string) {
 	const proxies = 10000
 	types := []string{resourcev3.ClusterType, resourcev3.ListenerType, resourcev3.EndpointType}
-	streams := make([]*TrackedStream, proxies)
+	streams := make([]*Stream, proxies)
 	for i := range proxies {
 		streams[i] = tr.Open(false, int64(i))
 		node := testNode(fmt.Sprintf("sidecar~10.%d.%d.%d~p%d.demo~demo.svc.cluster.local", i>>16, (i>>8)&255, i&255, i), "c1")

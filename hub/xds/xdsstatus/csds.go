@@ -1,4 +1,4 @@
-package xds
+package xdsstatus
 
 import (
 	"context"
@@ -16,26 +16,26 @@ import (
 
 // StatusSource is what CSDS reads proxy status from (Options.StatusSource):
 // in the hub, the fleet-wide view (hub/fleetstatus.Fleet); by default this
-// server's own StatusTracker. The xDS server knows nothing of where the
+// server's own Tracker. The xDS server knows nothing of where the
 // records come from. All may be called concurrently and must not block
 // for long; it returns records the caller may keep.
 type StatusSource interface {
 	All() []proxystatus.Record
 }
 
-// csdsServer serves envoy.service.status.v3.ClientStatusDiscoveryService
+// CSDS serves envoy.service.status.v3.ClientStatusDiscoveryService
 // from a StatusSource. The wire shape is package proxystatus/csds's:
 // one ClientConfig per proxy, one GenericXdsConfig per type, the serving
 // replica in node metadata MESHFED_REPLICA.
-type csdsServer struct {
+type CSDS struct {
 	statusv3.UnimplementedClientStatusDiscoveryServiceServer
 
 	src StatusSource // set once, at New
 }
 
-func newCSDS(src StatusSource) *csdsServer { return &csdsServer{src: src} }
+func NewCSDS(src StatusSource) *CSDS { return &CSDS{src: src} }
 
-func (c *csdsServer) answer(req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
+func (c *CSDS) answer(req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
 	resp, err := csds.Response(req, c.src.All())
 	if errors.Is(err, csds.ErrInvalidMatcher) {
 		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
@@ -47,12 +47,12 @@ func (c *csdsServer) answer(req *statusv3.ClientStatusRequest) (*statusv3.Client
 }
 
 // FetchClientStatus answers one request.
-func (c *csdsServer) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
+func (c *CSDS) FetchClientStatus(_ context.Context, req *statusv3.ClientStatusRequest) (*statusv3.ClientStatusResponse, error) {
 	return c.answer(req)
 }
 
 // StreamClientStatus answers each request on the stream.
-func (c *csdsServer) StreamClientStatus(stream statusv3.ClientStatusDiscoveryService_StreamClientStatusServer) error {
+func (c *CSDS) StreamClientStatus(stream statusv3.ClientStatusDiscoveryService_StreamClientStatusServer) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {

@@ -1,10 +1,12 @@
-package xds
+package xdsstatus
 
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -23,35 +25,35 @@ import (
 // overtaken by a newer one still finds its version.
 const recentResponses = 4
 
-// StatusTracker follows, for every xDS stream of this replica, what each
+// Tracker follows, for every xDS stream of this replica, what each
 // proxy was sent and what it ACKed or NACKed, per type. Each stream has
-// its record (a TrackedStream, held by the stream's conn), fed by the
+// its record (a Stream, held by the stream's conn), fed by the
 // stream's goroutine under the record's own lock; the tracker only
 // indexes the records by node ID and notes which changed, under its lock,
 // which a stream takes only after releasing its record's. Records are
 // keyed by node ID: when a proxy has two streams open (a reconnect that
 // overtook the old stream's close), the newer stream's record stands for
 // it.
-type StatusTracker struct {
+type Tracker struct {
 	replica     string
 	hubVersion  string // this replica's build, in every record
 	clk         clock.PassiveClock
 	convergence *prometheus.HistogramVec
 	changes     chan struct{}
 
-	mu     sync.Mutex                             // guards byNode and dirty; taken before a record's lock, never after
-	byNode map[string]map[*TrackedStream]struct{} // streams whose node is known, by node ID
-	dirty  map[string]struct{}                    // node IDs changed since TakeChanges
+	mu     sync.Mutex                      // guards byNode and dirty; taken before a record's lock, never after
+	byNode map[string]map[*Stream]struct{} // streams whose node is known, by node ID
+	dirty  map[string]struct{}             // node IDs changed since TakeChanges
 	// epochOf returns the config epoch a version holds (ledger.epochOf);
 	// nil leaves records without epochs. Set before the first stream.
 	epochOf func(version string) uint64
 }
 
-// TrackedStream is the status record of one stream: made by Open when the
+// Stream is the status record of one stream: made by Open when the
 // stream opens, fed by the stream's goroutine (OnRequest, OnResponse, ...)
 // and freed by Close.
-type TrackedStream struct {
-	t         *StatusTracker
+type Stream struct {
+	t         *Tracker
 	key       streamKey // set at Open, never written again
 	connected time.Time // set at Open, never written again
 
@@ -91,13 +93,13 @@ func (ts *typeState) lookup(nonce string) (sentResponse, bool) {
 	return sentResponse{}, false
 }
 
-// NewStatusTracker returns a tracker for replica. It registers
+// NewTracker returns a tracker for replica. It registers
 // meshfed_xds_proxy_convergence_seconds with reg when reg is not nil.
-func NewStatusTracker(replica string, clk clock.PassiveClock, reg prometheus.Registerer) *StatusTracker {
+func NewTracker(replica string, clk clock.PassiveClock, reg prometheus.Registerer) *Tracker {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	t := &StatusTracker{
+	t := &Tracker{
 		replica: replica, hubVersion: version.Get().Version,
 		clk: clk,
 		convergence: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -108,7 +110,7 @@ func NewStatusTracker(replica string, clk clock.PassiveClock, reg prometheus.Reg
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"type"}),
 		changes: make(chan struct{}, 1),
-		byNode:  map[string]map[*TrackedStream]struct{}{},
+		byNode:  map[string]map[*Stream]struct{}{},
 		dirty:   map[string]struct{}{},
 	}
 	if reg != nil {
@@ -119,41 +121,41 @@ func NewStatusTracker(replica string, clk clock.PassiveClock, reg prometheus.Reg
 
 // Handler returns a stream handler (ads.Handler) that feeds t alone, for
 // a stream server of its own; the hub's server feeds t from its conns.
-func (t *StatusTracker) Handler() ads.Handler { return trackerHandler{t} }
+func (t *Tracker) Handler() ads.Handler { return trackerHandler{t} }
 
-// trackerHandler opens a TrackedStream per stream.
-type trackerHandler struct{ t *StatusTracker }
+// trackerHandler opens a Stream per stream.
+type trackerHandler struct{ t *Tracker }
 
 func (h trackerHandler) Open(_ context.Context, id int64, delta bool) (ads.Stream, error) {
 	return trackerStream{h.t.Open(delta, id)}, nil
 }
 
 // trackerStream feeds one stream's record.
-type trackerStream struct{ *TrackedStream }
+type trackerStream struct{ *Stream }
 
 func (s trackerStream) OnRequest(req *discoveryv3.DiscoveryRequest) error {
-	s.TrackedStream.OnRequest(req)
+	s.Stream.OnRequest(req)
 	return nil
 }
 
 func (s trackerStream) OnDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) error {
-	s.TrackedStream.OnDeltaRequest(req)
+	s.Stream.OnDeltaRequest(req)
 	return nil
 }
 
 func (s trackerStream) Closed() { s.Close() }
 
-// useEpochs makes records carry the config epochs of their versions, by
+// UseEpochs makes records carry the config epochs of their versions, by
 // epochOf (the server's ledger). Call it before the first stream.
-func (t *StatusTracker) useEpochs(epochOf func(version string) uint64) {
+func (t *Tracker) UseEpochs(epochOf func(version string) uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.epochOf = epochOf
 }
 
-// touchAll marks every proxy's record changed: a config epoch was sealed,
+// TouchAll marks every proxy's record changed: a config epoch was sealed,
 // so the epochs its ACKed versions hold may have grown.
-func (t *StatusTracker) touchAll() {
+func (t *Tracker) TouchAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for node := range t.byNode {
@@ -163,13 +165,13 @@ func (t *StatusTracker) touchAll() {
 
 // Open returns the record of a new SotW (delta false) or Delta stream.
 // Its proxy shows in Records once its first request names the node.
-func (t *StatusTracker) Open(delta bool, id int64) *TrackedStream {
+func (t *Tracker) Open(delta bool, id int64) *Stream {
 	now := t.clk.Now()
-	return &TrackedStream{t: t, key: streamKey{delta, id}, connected: now, lastChange: now, types: map[string]*typeState{}}
+	return &Stream{t: t, key: streamKey{delta, id}, connected: now, lastChange: now, types: map[string]*typeState{}}
 }
 
 // Close forgets the stream; closing it again does nothing.
-func (s *TrackedStream) Close() {
+func (s *Stream) Close() {
 	s.mu.Lock()
 	node, closed := s.node, s.closed
 	s.closed = true
@@ -191,29 +193,29 @@ func (s *TrackedStream) Close() {
 
 // OnRequest records a SotW request: the node on the stream's first one,
 // and the ACK or NACK of a response it carries.
-func (s *TrackedStream) OnRequest(req *discoveryv3.DiscoveryRequest) {
+func (s *Stream) OnRequest(req *discoveryv3.DiscoveryRequest) {
 	s.request(req.GetNode(), req.GetTypeUrl(), req.GetVersionInfo(), req.GetResponseNonce(), req.GetErrorDetail())
 }
 
 // OnDeltaRequest records a Delta request.
-func (s *TrackedStream) OnDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) {
+func (s *Stream) OnDeltaRequest(req *discoveryv3.DeltaDiscoveryRequest) {
 	// A Delta request carries no version; the ACKed one is looked up by
 	// nonce.
 	s.request(req.GetNode(), req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail())
 }
 
 // OnResponse records a SotW response about to be sent.
-func (s *TrackedStream) OnResponse(resp *discoveryv3.DiscoveryResponse) {
+func (s *Stream) OnResponse(resp *discoveryv3.DiscoveryResponse) {
 	s.response(resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce())
 }
 
 // OnDeltaResponse records a Delta response about to be sent. Its version is
 // the cache's system version.
-func (s *TrackedStream) OnDeltaResponse(resp *discoveryv3.DeltaDiscoveryResponse) {
+func (s *Stream) OnDeltaResponse(resp *discoveryv3.DeltaDiscoveryResponse) {
 	s.response(resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce())
 }
 
-func (s *TrackedStream) request(node *corev3.Node, typeURL, version, nonce string, nack *status.Status) {
+func (s *Stream) request(node *corev3.Node, typeURL, version, nonce string, nack *status.Status) {
 	// Istio's debug types are asked for by tools (istioctl), not proxies:
 	// a stream that asks only for them is never listed as a proxy.
 	if typeURL == "" || IsDebugType(typeURL) {
@@ -241,7 +243,7 @@ func (s *TrackedStream) request(node *corev3.Node, typeURL, version, nonce strin
 		sent, known := ts.lookup(nonce)
 		switch {
 		case nack != nil:
-			msg := clip(nack.GetMessage(), maxDetailBytes)
+			msg := Clip(nack.GetMessage(), MaxDetailBytes)
 			if msg == "" {
 				msg = fmt.Sprintf("rejected with code %d and no message", nack.GetCode())
 			}
@@ -277,11 +279,11 @@ func (s *TrackedStream) request(node *corev3.Node, typeURL, version, nonce strin
 		s.t.changed(s, id, bound)
 	}
 	if converged >= 0 {
-		s.t.convergence.WithLabelValues(shortType(typeURL)).Observe(converged.Seconds())
+		s.t.convergence.WithLabelValues(TypeLabel(typeURL)).Observe(converged.Seconds())
 	}
 }
 
-func (s *TrackedStream) response(typeURL, version, nonce string) {
+func (s *Stream) response(typeURL, version, nonce string) {
 	if IsDebugType(typeURL) {
 		return
 	}
@@ -301,7 +303,7 @@ func (s *TrackedStream) response(typeURL, version, nonce string) {
 
 // changed marks the record of node id changed, indexing s under it first
 // when it was just bound to it.
-func (t *StatusTracker) changed(s *TrackedStream, id string, bound bool) {
+func (t *Tracker) changed(s *Stream, id string, bound bool) {
 	if id == "" {
 		return
 	}
@@ -310,7 +312,7 @@ func (t *StatusTracker) changed(s *TrackedStream, id string, bound bool) {
 	if bound {
 		m := t.byNode[id]
 		if m == nil {
-			m = map[*TrackedStream]struct{}{}
+			m = map[*Stream]struct{}{}
 			t.byNode[id] = m
 		}
 		m[s] = struct{}{}
@@ -319,7 +321,7 @@ func (t *StatusTracker) changed(s *TrackedStream, id string, bound bool) {
 }
 
 // bindLocked records the node the stream speaks for.
-func (s *TrackedStream) bindLocked(node *corev3.Node) {
+func (s *Stream) bindLocked(node *corev3.Node) {
 	s.node = node.GetId()
 	s.name = xdsnode.NameOf(s.node)
 	s.cluster = node.GetMetadata().GetFields()[xdsnode.MetadataClusterID].GetStringValue()
@@ -343,7 +345,7 @@ func proxyVersion(node *corev3.Node) string {
 }
 
 // markLocked notes that node's record changed and signals Changes.
-func (t *StatusTracker) markLocked(node string) {
+func (t *Tracker) markLocked(node string) {
 	if node == "" {
 		return
 	}
@@ -356,14 +358,14 @@ func (t *StatusTracker) markLocked(node string) {
 
 // Changes signals, coalesced (capacity 1), that some record changed,
 // appeared or went away since the last TakeChanges.
-func (t *StatusTracker) Changes() <-chan struct{} { return t.changes }
+func (t *Tracker) Changes() <-chan struct{} { return t.changes }
 
 // TakeChanges returns the records that changed or appeared since the last
 // call, and the node IDs of the proxies that are gone, in no order (after
 // a push, every proxy's record: sorting 2,000 of them was 2 % of the
 // hub's CPU under pushes, and their readers keep them by node ID). It has
 // one consumer: Drain, or whoever calls it instead.
-func (t *StatusTracker) TakeChanges() (changed []proxystatus.Record, removed []string) {
+func (t *Tracker) TakeChanges() (changed []proxystatus.Record, removed []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.dirty) > 0 {
@@ -384,7 +386,7 @@ func (t *StatusTracker) TakeChanges() (changed []proxystatus.Record, removed []s
 
 // Records returns the record of every proxy connected to this replica,
 // sorted.
-func (t *StatusTracker) Records() []proxystatus.Record {
+func (t *Tracker) Records() []proxystatus.Record {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]proxystatus.Record, 0, len(t.byNode))
@@ -395,12 +397,12 @@ func (t *StatusTracker) Records() []proxystatus.Record {
 	return out
 }
 
-// All is Records, so that a StatusTracker is a StatusSource.
-func (t *StatusTracker) All() []proxystatus.Record { return t.Records() }
+// All is Records, so that a Tracker is a StatusSource.
+func (t *Tracker) All() []proxystatus.Record { return t.Records() }
 
 // newestLocked returns node's most recently opened stream, nil if none.
-func (t *StatusTracker) newestLocked(node string) *TrackedStream {
-	var best *TrackedStream
+func (t *Tracker) newestLocked(node string) *Stream {
+	var best *Stream
 	for s := range t.byNode[node] {
 		if best == nil || s.connected.After(best.connected) ||
 			(s.connected.Equal(best.connected) && s.key.id > best.key.id) {
@@ -411,7 +413,7 @@ func (t *StatusTracker) newestLocked(node string) *TrackedStream {
 }
 
 // recordLocked returns s's record; t.mu is held, s.mu is taken.
-func (t *StatusTracker) recordLocked(s *TrackedStream) proxystatus.Record {
+func (t *Tracker) recordLocked(s *Stream) proxystatus.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := proxystatus.Record{
@@ -440,7 +442,7 @@ func (t *StatusTracker) recordLocked(s *TrackedStream) proxystatus.Record {
 // while it runs coalesce into the next batch. It is for a reader that has
 // no batching of its own (a test's proxystatus.Fleet); the hub's fleet
 // status (hub/fleetstatus) calls TakeChanges in its own batches instead.
-func (t *StatusTracker) Drain(ctx context.Context, sink func(changed []proxystatus.Record, removed []string)) {
+func (t *Tracker) Drain(ctx context.Context, sink func(changed []proxystatus.Record, removed []string)) {
 	// Everything so far is in Records; clear the dirty set so it is not
 	// sent twice.
 	t.TakeChanges()
@@ -463,4 +465,39 @@ func localityString(l *corev3.Locality) string {
 		return ""
 	}
 	return l.GetRegion() + "/" + l.GetZone() + "/" + l.GetSubZone()
+}
+
+// streamKey identifies a stream in its status record: its protocol and
+// the stream server's ID, unique across protocols.
+// streamKey identifies a stream in its status record: its protocol and
+// the stream server's ID, unique across protocols.
+type streamKey struct {
+	delta bool
+	id    int64
+}
+
+// MaxDetailBytes bounds a NACK message as a record keeps it.
+const MaxDetailBytes = 4096
+
+// Clip returns s cut to at most n bytes (on a rune boundary), followed by
+// how long it was when it was cut.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "… (" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// TypeLabel is the metric label of a type URL: proxystatus's short name,
+// or "other" for a type the hub does not know, so that a proxy cannot grow
+// the label set by asking for made-up types.
+func TypeLabel(typeURL string) string {
+	if short := proxystatus.ShortType(typeURL); short != typeURL {
+		return short
+	}
+	return "other"
 }

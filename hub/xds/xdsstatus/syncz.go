@@ -1,4 +1,4 @@
-package xds
+package xdsstatus
 
 import (
 	"context"
@@ -42,7 +42,7 @@ var ErrDebugDelta = errors.New("xds: istio.io/debug types are served over SotW A
 // IsDebugType reports whether typeURL is one of Istio's debug types.
 func IsDebugType(typeURL string) bool { return strings.HasPrefix(typeURL, DebugTypePrefix) }
 
-// debugTypes answers SotW watches of DebugSynczType with the proxy status
+// DebugTypes answers SotW watches of DebugSynczType with the proxy status
 // of the whole fleet, read from a StatusSource when the request arrives.
 // The groupCache hands it every watch of a debug type.
 //
@@ -51,17 +51,17 @@ func IsDebugType(typeURL string) bool { return strings.HasPrefix(typeURL, DebugT
 // is not, since answering it would start an endless ACK-answer loop with a
 // client that ACKs. Its methods may be called concurrently from any number
 // of streams; they never block.
-type debugTypes struct {
+type DebugTypes struct {
 	src          StatusSource         // set once, at construction
 	controlPlane *corev3.ControlPlane // istiod's JSON; never written after construction
 	versions     atomic.Uint64        // numbers the answers
 }
 
-func newDebugTypes(src StatusSource, replica string) *debugTypes {
-	return &debugTypes{src: src, controlPlane: controlPlaneOf(replica)}
+func NewDebugTypes(src StatusSource, replica string) *DebugTypes {
+	return &DebugTypes{src: src, controlPlane: controlPlaneOf(replica)}
 }
 
-var _ cachev3.ConfigWatcher = (*debugTypes)(nil)
+var _ cachev3.ConfigWatcher = (*DebugTypes)(nil)
 
 // ControlPlaneID is the ID in the control_plane.identifier of every
 // replica's syncz answer. istioctl shows it in its ISTIOD column and keys
@@ -106,7 +106,7 @@ func controlPlaneOf(replica string) *corev3.ControlPlane {
 
 // CreateWatch answers req at once unless it acknowledges an earlier
 // answer; the returned cancel function may be called any number of times.
-func (d *debugTypes) CreateWatch(req *cachev3.Request, _ cachev3.Subscription, out chan cachev3.Response) (func(), error) {
+func (d *DebugTypes) CreateWatch(req *cachev3.Request, _ cachev3.Subscription, out chan cachev3.Response) (func(), error) {
 	if req.GetTypeUrl() != DebugSynczType {
 		return nil, fmt.Errorf("xds: type %q is not served", req.GetTypeUrl())
 	}
@@ -133,12 +133,12 @@ func (d *debugTypes) CreateWatch(req *cachev3.Request, _ cachev3.Subscription, o
 }
 
 // CreateDeltaWatch refuses: see ErrDebugDelta.
-func (d *debugTypes) CreateDeltaWatch(req *cachev3.DeltaRequest, _ cachev3.Subscription, _ chan cachev3.DeltaResponse) (func(), error) {
+func (d *DebugTypes) CreateDeltaWatch(req *cachev3.DeltaRequest, _ cachev3.Subscription, _ chan cachev3.DeltaResponse) (func(), error) {
 	return nil, fmt.Errorf("%w (type %q)", ErrDebugDelta, req.GetTypeUrl())
 }
 
 // syncz builds the answer to a syncz request from the fleet's records now.
-func (d *debugTypes) syncz() *discoveryv3.DiscoveryResponse {
+func (d *DebugTypes) syncz() *discoveryv3.DiscoveryResponse {
 	resp := &discoveryv3.DiscoveryResponse{
 		TypeUrl:      DebugSynczType,
 		VersionInfo:  strconv.FormatUint(d.versions.Add(1), 10),

@@ -1,12 +1,10 @@
-package xds
+package xdsstatus
 
 import (
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
@@ -25,9 +23,11 @@ import (
 // and perhaps some of E+1. So the epoch of version n of a cache is that of
 // the last seal at or below n (mark), which only ever understates it.
 //
-// Every watch cache the server writes is a versioned: the ledger gives it
-// a version prefix of its own ("<id>."), so that a version names its cache
-// and a proxy's ACKed version can be looked up.
+// Every watch cache the server writes is observed here (Reserve, then
+// Observe or ObserveApart): it names its versions after a prefix of its
+// own (VersionPrefix), so that a version names its cache and a proxy's
+// ACKed version can be looked up. The caches own their versions; the
+// ledger only reads their counters when it seals.
 type Ledger struct {
 	replica string
 
@@ -35,7 +35,7 @@ type Ledger struct {
 	nextID  uint64
 	epoch   uint64 // sealed; 1 is the epoch of no configuration
 	pending uint64 // the epoch being pushed; epoch when none
-	caches  map[uint64]*versioned
+	caches  map[uint64]*observed
 	objects map[istioconfig.Key]proxystatus.ConfigObject
 	removed []istioconfig.Key // keys of the Deleted objects, oldest removal first
 
@@ -46,101 +46,105 @@ type Ledger struct {
 // their rollouts can be followed for a while.
 const maxRemoved = 256
 
-// maxMarks bounds the seals a cache remembers: a proxy that ACKed a
+// MaxMarks bounds the seals a cache remembers: a proxy that ACKed a
 // version older than all of them is taken to hold no epoch (it lags behind
-// maxMarks configuration changes of its cache).
-const maxMarks = 64
+// MaxMarks configuration changes of its cache).
+const MaxMarks = 64
 
 // NewLedger returns the ledger of replica, for Options.Ledger.
 func NewLedger(replica string) *Ledger {
-	return &Ledger{replica: replica, epoch: 1, pending: 1, caches: map[uint64]*versioned{},
+	return &Ledger{replica: replica, epoch: 1, pending: 1, caches: map[uint64]*observed{},
 		objects: map[istioconfig.Key]proxystatus.ConfigObject{}, changed: make(chan struct{}, 1)}
 }
 
-// versioned is a watch cache whose versions the ledger can place.
-type versioned struct {
-	*watchCache
-	id    uint64
-	marks []mark // guarded by ledger.mu; ascending in both fields
+// Versioned is a cache whose versions the ledger places: a counter of its
+// writes, which the versions it sends name after its prefix
+// (VersionPrefix). The ledger only reads it.
+type Versioned interface {
+	Version() uint64
+}
+
+// observed is a cache the ledger follows.
+type observed struct {
+	v     Versioned
+	marks []mark // ascending in both fields
 	// apart is set while the cache holds what was built apart from the
-	// planners (newCacheAt) and they have not adopted it: a seal leaves
-	// its marks alone, since its content is of the epoch it was built
-	// from, not of the push being sealed. Guarded by ledger.mu.
+	// planners and they have not adopted it: a seal leaves its marks
+	// alone, since its content is of the epoch it was built from, not of
+	// the push being sealed.
 	apart bool
 }
 
 // mark says that version n of a cache held epoch.
 type mark struct{ n, epoch uint64 }
 
-// newCache returns a cache of typeURL holding initial (nil for none),
-// whose first version holds the sealed epoch. The caller holds the push
-// lock (groupCache.pushMu), or initial is empty.
-func (l *Ledger) newCache(typeURL string, initial map[string]types.Resource) *versioned {
-	l.mu.Lock()
-	epoch := l.epoch
-	l.mu.Unlock()
-	return l.add(typeURL, initial, epoch, false)
-}
+// VersionPrefix is the prefix of the versions of the cache of id, which
+// the ledger reads back from a proxy's ACKs: "<id>.".
+func VersionPrefix(id uint64) string { return strconv.FormatUint(id, 10) + "." }
 
-// newCacheAt returns a cache of typeURL holding initial, built apart from
-// the planners from the configuration of epoch: its first version holds
-// that epoch, and seals leave it alone until adopted marks it.
-func (l *Ledger) newCacheAt(typeURL string, initial map[string]types.Resource, epoch uint64) *versioned {
-	return l.add(typeURL, initial, epoch, true)
-}
-
-// add makes and registers a cache. Its resources are marshalled before
-// the ledger's lock is taken.
-func (l *Ledger) add(typeURL string, initial map[string]types.Resource, epoch uint64, apart bool) *versioned {
-	l.mu.Lock()
-	l.nextID++
-	id := l.nextID
-	l.mu.Unlock()
-	v := &versioned{id: id, marks: []mark{{0, epoch}}, apart: apart}
-	v.watchCache = newWatchCache(typeURL, strconv.FormatUint(id, 10)+".", initial)
-	l.mu.Lock()
-	l.caches[id] = v
-	l.mu.Unlock()
-	return v
-}
-
-// adopted marks a cache built apart, now written by the planners under the
-// push lock with no epoch pending: its current version holds the sealed
-// epoch, and seals mark it from now on.
-func (l *Ledger) adopted(v *versioned) {
+// Reserve returns the ID of a cache about to be made, for its version
+// prefix; Observe then follows it.
+func (l *Ledger) Reserve() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	v.apart = false
-	l.markLocked(v, l.epoch)
+	l.nextID++
+	return l.nextID
 }
 
-// markLocked records that v's current version holds epoch.
-func (l *Ledger) markLocked(v *versioned, epoch uint64) {
-	n := v.Version()
-	if last := &v.marks[len(v.marks)-1]; last.n == n {
+// Observe follows cache id (from Reserve), whose first version holds the
+// sealed epoch: its writer holds the push lock.
+func (l *Ledger) Observe(id uint64, v Versioned) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.caches[id] = &observed{v: v, marks: []mark{{v.Version(), l.epoch}}}
+}
+
+// ObserveApart follows cache id (from Reserve), built apart from the
+// planners from the configuration of epoch: its first version holds that
+// epoch, and seals leave it alone until Adopted.
+func (l *Ledger) ObserveApart(id uint64, v Versioned, epoch uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.caches[id] = &observed{v: v, marks: []mark{{v.Version(), epoch}}, apart: true}
+}
+
+// Adopted marks cache id, written by the planners under the push lock with
+// no epoch pending: its current version holds the sealed epoch, and seals
+// mark it from now on.
+func (l *Ledger) Adopted(id uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if o := l.caches[id]; o != nil {
+		o.apart = false
+		l.markLocked(o, l.epoch)
+	}
+}
+
+// markLocked records that o's current version holds epoch.
+func (l *Ledger) markLocked(o *observed, epoch uint64) {
+	n := o.v.Version()
+	if last := &o.marks[len(o.marks)-1]; last.n == n {
 		last.epoch = epoch
 		return
 	}
-	v.marks = append(v.marks, mark{n, epoch})
-	if len(v.marks) > maxMarks {
-		v.marks = v.marks[len(v.marks)-maxMarks:]
+	o.marks = append(o.marks, mark{n, epoch})
+	if len(o.marks) > MaxMarks {
+		o.marks = o.marks[len(o.marks)-MaxMarks:]
 	}
 }
 
-// release forgets caches that are freed; nil ones are skipped.
-func (l *Ledger) release(vs ...*versioned) {
+// Release forgets caches that are freed.
+func (l *Ledger) Release(ids ...uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, v := range vs {
-		if v != nil {
-			delete(l.caches, v.id)
-		}
+	for _, id := range ids {
+		delete(l.caches, id)
 	}
 }
 
-// begin starts the epoch of a push of next: the objects whose generation
+// Begin starts the epoch of a push of next: the objects whose generation
 // next brings, and those it no longer has, arrive in it.
-func (l *Ledger) begin(next *istioconfig.Snapshot) {
+func (l *Ledger) Begin(next *istioconfig.Snapshot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pending++
@@ -177,29 +181,29 @@ func (l *Ledger) begin(next *istioconfig.Snapshot) {
 	l.signal()
 }
 
-// seal ends the epoch begun, once its writes are done: every cache's
+// Seal ends the epoch begun, once its writes are done: every cache's
 // current version holds it, but those built apart and not adopted yet. It
-// reports whether an epoch ended. The caller holds groupCache.pushMu, so
-// no planned write is under way.
-func (l *Ledger) seal() bool {
+// reports whether an epoch ended. The caller holds the push lock, so no
+// planned write is under way.
+func (l *Ledger) Seal() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.pending == l.epoch {
 		return false
 	}
 	l.epoch = l.pending
-	for _, v := range l.caches {
-		if !v.apart {
-			l.markLocked(v, l.epoch)
+	for _, o := range l.caches {
+		if !o.apart {
+			l.markLocked(o, l.epoch)
 		}
 	}
 	l.signal()
 	return true
 }
 
-// epochOf returns the epoch that version holds, 0 when the version is not
+// EpochOf returns the epoch that version holds, 0 when the version is not
 // one of a live cache's, or older than its marks.
-func (l *Ledger) epochOf(version string) uint64 {
+func (l *Ledger) EpochOf(version string) uint64 {
 	prefix, counter, ok := strings.Cut(version, ".")
 	if !ok {
 		return 0
