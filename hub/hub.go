@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -178,7 +177,8 @@ func DefaultOptions() Options {
 	}
 }
 
-// Run runs the hub until ctx ends.
+// Run runs the hub until ctx ends. It only builds the parts in dependency
+// order and wires them; each part's construction is a function below.
 func Run(ctx context.Context, opts Options) error {
 	if err := opts.ReplicaID.Validate(); err != nil {
 		return fmt.Errorf("hub: replica ID: %w", err)
@@ -186,12 +186,6 @@ func Run(ctx context.Context, opts Options) error {
 	cfg, err := configClusterConfig(opts.Kubeconfig)
 	if err != nil {
 		return err
-	}
-	var selector labels.Selector
-	if opts.DiscoverySelector != "" {
-		if selector, err = labels.Parse(opts.DiscoverySelector); err != nil {
-			return fmt.Errorf("hub: discovery selector: %w", err)
-		}
 	}
 	log := opts.Log.WithValues("replica", opts.ReplicaID)
 	reg := prometheus.NewRegistry()
@@ -209,73 +203,21 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("hub: config cluster client: %w", err)
 	}
-	// Built in dependency order: what the replicator replicates (the
-	// store, the trust bundle, the fleet status) and the ownership it keeps
-	// current come first; the replicator last.
+	// What the replicator replicates (the store, the trust bundle, the
+	// fleet status) and the ownership it keeps current come first; the
+	// replicator last.
 	self := opts.ReplicaID
 	own := replication.NewOwnership(self, opts.WatchReplicas)
 	bundle := replication.NewTrust(self, opts.Clock, log.WithName("trust"), reg)
 	st := store.New(store.Options{Self: self, Clock: opts.Clock})
-	status := remotes.NewStatus(opts.Clock, reg)
-	provider := remotes.NewProvider(remotes.ProviderOptions{
-		Remover: st, Status: status, Ownership: own, Log: log.WithName("remotes"), Clock: opts.Clock,
-	})
-	watcher := remotes.NewWatcher(remotes.WatcherOptions{
-		Sink: st, Status: status, DomainSuffix: opts.DomainSuffix,
-		DiscoverySelector: selector, SyncTimeout: opts.ClusterSyncTimeout,
-		ProbeInterval: opts.ClusterProbeInterval,
-		Reconnect:     provider.Reconnect,
-		Clock:         opts.Clock, Log: log.WithName("watcher"),
-	})
-	mgr, err := mcmanager.New(cfg, provider, manager.Options{
-		Scheme:                 scheme,
-		Cache:                  remotes.SecretCacheOptions(opts.Namespace),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Logger:                 log.WithName("manager"),
-	})
+	rem, err := newRemotes(opts, cfg, scheme, st, own, reg, log)
 	if err != nil {
-		return fmt.Errorf("hub: manager: %w", err)
-	}
-	provider.SetupWithManager(mgr.GetLocalManager())
-	// xdsServer is built below, after the CA whose spokes its status
-	// source reads; the CA registers its authenticated services on its
-	// port only when it serves, in Run.
-	var xdsServer *xds.Server
-	var caServer *trust.CA
-	var authn xds.Authn
-	if opts.CAAddr != "" {
-		clusters := configClusterAnd{ClusterConfigs: provider, id: opts.ConfigClusterID, cfg: cfg}
-		tokens, err := ca.NewAuthenticator(ca.AuthenticatorOptions{
-			Clusters: clusters, Audiences: opts.CAAudiences, Clock: opts.Clock, Metrics: reg,
-		})
-		if err != nil {
-			return fmt.Errorf("hub: token authenticator: %w", err)
-		}
-		authn = xds.Authn{
-			Tokens: tokens, ConfigCluster: opts.ConfigClusterID,
-			// The CA publishes its roots to the bundle before it serves.
-			Roots: func() []byte { return trustsvc.BundleOf(bundle.TrustRoots()).PEM() },
-		}
-		dns, ips := caServingNames(opts)
-		caServer, err = trust.New(ctx, trust.Options{
-			Client: configClient, Namespace: opts.Namespace, Replica: self,
-			TrustDomain: opts.TrustDomain, Audiences: opts.CAAudiences, Clusters: clusters, Bundle: bundle,
-			Authenticator: tokens,
-			CertTTL:       opts.WorkloadCertTTL, MaxCertTTL: opts.MaxWorkloadCertTTL, DNSNames: dns, IPs: ips,
-			RetireGrace: opts.RootRetireGrace, RootSpread: opts.RootSpread,
-			Services:    []func(grpc.ServiceRegistrar){func(r grpc.ServiceRegistrar) { xdsServer.RegisterAuthenticated(r) }},
-			GRPCOptions: admission.ServerOptions(),
-			Clock:       opts.Clock, Metrics: reg, Log: log,
-		})
-		if err != nil {
-			return fmt.Errorf("hub: %w", err)
-		}
-	}
-	if err := mgr.Add(watcher); err != nil {
 		return err
 	}
-
+	caServer, authn, err := newCA(ctx, opts, cfg, configClient, rem.provider, bundle, admission, reg, log)
+	if err != nil {
+		return err
+	}
 	tracker := xdsstatus.NewTracker(string(self), opts.Clock, reg)
 	var spokes fleetstatus.Spokes
 	if caServer != nil {
@@ -283,23 +225,18 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	ledger := xdsstatus.NewLedger(string(self))
 	fleet := fleetstatus.New(fleetstatus.Options{Self: self, Proxies: tracker, Spokes: spokes, Config: ledger})
-	xdsServer = xds.New(xds.Options{
+	xdsServer := xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
 		Replica: string(self), Clock: opts.Clock,
 		Security: opts.XDSMTLS, TrustDomain: opts.TrustDomain,
 		Tracker: tracker, Ledger: ledger, StatusSource: fleet, Authn: authn,
-		Admission: admission,
-		KnownCluster: func(id model.ClusterID) (known, decided bool) {
-			switch {
-			case opts.XDSServeUnknownClusters || id == opts.ConfigClusterID:
-				return true, true
-			case !provider.Synced():
-				return false, false // a starting replica: the secrets are not read yet
-			}
-			_, known = status.Get(id)
-			return known, true
-		},
+		Admission:    admission,
+		KnownCluster: rem.knownCluster(opts),
 	})
+	if caServer != nil {
+		// The authenticated xDS shares the CA's TLS port (15012).
+		caServer.Register(xdsServer.RegisterAuthenticated)
+	}
 	// Every replica reads the mesh's Istio config; one per object writes
 	// its status.
 	config, err := hubconfig.New(hubconfig.Options{
@@ -316,25 +253,15 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	ready := remotes.NewReadiness(remotes.ReadinessOptions{
-		Provider: provider, Status: status, Held: st, SyncTimeout: opts.ClusterSyncTimeout, Clock: opts.Clock,
-	})
-	// The documents /debug serves and the console shows.
-	registryz := func() debugdoc.Registryz { return remotes.Registryz(string(self), st, status) }
-	trustz := func() debugdoc.Trustz { return trust.Trustz(bundle.TrustRoots()) }
-	spokez := func() debugdoc.Spokez { return fleet.Spokes(opts.Clock.Now()) }
-	explain := &explainer{replica: string(self), domainSuffix: opts.DomainSuffix, proxies: fleet.All, explain: xdsServer.Explain}
-	ui, err := console.New(console.Options{
-		Replica: string(self), Gatherer: reg, Clock: opts.Clock, Log: log.WithName("console"),
-		Sources: console.Sources{
-			Registryz: registryz, Federationz: repl.Federationz, Proxies: fleet.All,
-			Trustz: trustz, Spokez: spokez,
-			Explain: explain.Explain,
-		},
-	})
+	docs := &documents{self: self, opts: opts, st: st, status: rem.status, bundle: bundle, fleet: fleet, config: config, repl: repl,
+		explain: &explainer{replica: string(self), domainSuffix: opts.DomainSuffix, proxies: fleet.All, explain: xdsServer.Explain}}
+	ui, err := docs.console(reg, log)
 	if err != nil {
 		return fmt.Errorf("hub: %w", err)
 	}
+	ready := remotes.NewReadiness(remotes.ReadinessOptions{
+		Provider: rem.provider, Status: rem.status, Held: st, SyncTimeout: opts.ClusterSyncTimeout, Clock: opts.Clock,
+	})
 	mon := monitoring.New(monitoring.Options{
 		Addr:     opts.MonitoringAddr,
 		Gatherer: reg,
@@ -346,29 +273,13 @@ func Run(ctx context.Context, opts Options) error {
 			}
 			return ready.Check()
 		},
-		Debug: map[string]func(*http.Request) any{
-			debugdoc.RegistryzName: func(*http.Request) any {
-				// The digest is for readers of the document only: the
-				// console, which reads registryz every refresh, needs none.
-				d := registryz()
-				d.Digest = debugdoc.ServicesDigest(d.Services)
-				return d
-			},
-			debugdoc.FederationzName:  func(*http.Request) any { return repl.Federationz() },
-			debugdoc.ProxyStatusName:  func(*http.Request) any { return proxystatus.JSONDocument{Proxies: fleet.All()} },
-			debugdoc.TrustzName:       func(*http.Request) any { return trustz() },
-			debugdoc.SpokezName:       func(*http.Request) any { return spokez() },
-			debugdoc.ClusterzName:     func(*http.Request) any { return remotes.Clusterz(status) },
-			debugdoc.ConfigzName:      func(*http.Request) any { return config.Configz() },
-			debugdoc.ConfigStatusName: func(r *http.Request) any { return configStatus(fleet, config.Configz(), r) },
-			debugdoc.ExplainzName:     explain.serve,
-		},
+		Debug:   docs.debug(),
 		Console: ui,
 		Log:     log.WithName("monitoring"),
 	})
 
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return mgr.Start(ctx) })
+	g.Go(func() error { return rem.mgr.Start(ctx) })
 	g.Go(func() error { return xdsServer.Run(ctx) })
 	g.Go(func() error { return mon.Run(ctx) })
 	g.Go(func() error { return repl.Run(ctx) })
@@ -389,6 +300,158 @@ func Run(ctx context.Context, opts Options) error {
 		g.Go(func() error { return caServer.Run(ctx, opts.CAAddr) })
 	}
 	return g.Wait()
+}
+
+// remoteParts are the parts that watch the remote clusters: the provider
+// of their clients (from the remote secrets), the watcher that feeds the
+// store, their status, and the manager that runs them.
+type remoteParts struct {
+	provider *remotes.Provider
+	status   *remotes.Status
+	mgr      mcmanager.Manager
+}
+
+// newRemotes builds the parts that watch the remote clusters into st.
+func newRemotes(opts Options, cfg *rest.Config, scheme *runtime.Scheme, st *store.Store, own *replication.Ownership,
+	reg prometheus.Registerer, log logr.Logger) (remoteParts, error) {
+	var selector labels.Selector
+	if opts.DiscoverySelector != "" {
+		var err error
+		if selector, err = labels.Parse(opts.DiscoverySelector); err != nil {
+			return remoteParts{}, fmt.Errorf("hub: discovery selector: %w", err)
+		}
+	}
+	status := remotes.NewStatus(opts.Clock, reg)
+	provider := remotes.NewProvider(remotes.ProviderOptions{
+		Remover: st, Status: status, Ownership: own, Log: log.WithName("remotes"), Clock: opts.Clock,
+	})
+	watcher := remotes.NewWatcher(remotes.WatcherOptions{
+		Sink: st, Status: status, DomainSuffix: opts.DomainSuffix,
+		DiscoverySelector: selector, SyncTimeout: opts.ClusterSyncTimeout,
+		ProbeInterval: opts.ClusterProbeInterval,
+		Reconnect:     provider.Reconnect,
+		Clock:         opts.Clock, Log: log.WithName("watcher"),
+	})
+	mgr, err := mcmanager.New(cfg, provider, manager.Options{
+		Scheme:                 scheme,
+		Cache:                  remotes.SecretCacheOptions(opts.Namespace),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 log.WithName("manager"),
+	})
+	if err != nil {
+		return remoteParts{}, fmt.Errorf("hub: manager: %w", err)
+	}
+	provider.SetupWithManager(mgr.GetLocalManager())
+	if err := mgr.Add(watcher); err != nil {
+		return remoteParts{}, err
+	}
+	return remoteParts{provider: provider, status: status, mgr: mgr}, nil
+}
+
+// knownCluster says whether a node's CLUSTER_ID names a cluster of the
+// fleet (xds.Options.KnownCluster).
+func (r remoteParts) knownCluster(opts Options) func(id model.ClusterID) (known, decided bool) {
+	return func(id model.ClusterID) (known, decided bool) {
+		switch {
+		case opts.XDSServeUnknownClusters || id == opts.ConfigClusterID:
+			return true, true
+		case !r.provider.Synced():
+			return false, false // a starting replica: the secrets are not read yet
+		}
+		_, known = r.status.Get(id)
+		return known, true
+	}
+}
+
+// newCA builds the workload CA, which owns the authenticated port, and
+// the authentication the xDS streams on that port share with it; none
+// without --ca-addr.
+func newCA(ctx context.Context, opts Options, cfg *rest.Config, configClient client.WithWatch, provider *remotes.Provider,
+	bundle *replication.Trust, admission *xds.Admission, reg prometheus.Registerer, log logr.Logger) (*trust.CA, xds.Authn, error) {
+	if opts.CAAddr == "" {
+		return nil, xds.Authn{}, nil
+	}
+	clusters := configClusterAnd{ClusterConfigs: provider, id: opts.ConfigClusterID, cfg: cfg}
+	tokens, err := ca.NewAuthenticator(ca.AuthenticatorOptions{
+		Clusters: clusters, Audiences: opts.CAAudiences, Clock: opts.Clock, Metrics: reg,
+	})
+	if err != nil {
+		return nil, xds.Authn{}, fmt.Errorf("hub: token authenticator: %w", err)
+	}
+	authn := xds.Authn{
+		Tokens: tokens, ConfigCluster: opts.ConfigClusterID,
+		// The CA publishes its roots to the bundle before it serves.
+		Roots: func() []byte { return trustsvc.BundleOf(bundle.TrustRoots()).PEM() },
+	}
+	dns, ips := caServingNames(opts)
+	caServer, err := trust.New(ctx, trust.Options{
+		Client: configClient, Namespace: opts.Namespace, Replica: opts.ReplicaID,
+		TrustDomain: opts.TrustDomain, Audiences: opts.CAAudiences, Clusters: clusters, Bundle: bundle,
+		Authenticator: tokens,
+		CertTTL:       opts.WorkloadCertTTL, MaxCertTTL: opts.MaxWorkloadCertTTL, DNSNames: dns, IPs: ips,
+		RetireGrace: opts.RootRetireGrace, RootSpread: opts.RootSpread,
+		GRPCOptions: admission.ServerOptions(),
+		Clock:       opts.Clock, Metrics: reg, Log: log,
+	})
+	if err != nil {
+		return nil, xds.Authn{}, fmt.Errorf("hub: %w", err)
+	}
+	return caServer, authn, nil
+}
+
+// documents are the sources of what /debug serves and the console shows.
+type documents struct {
+	self    federation.ReplicaID
+	opts    Options
+	st      *store.Store
+	status  *remotes.Status
+	bundle  *replication.Trust
+	fleet   *fleetstatus.Fleet
+	config  *hubconfig.Watcher
+	repl    *replication.Replicator
+	explain *explainer
+}
+
+func (d *documents) registryz() debugdoc.Registryz {
+	return remotes.Registryz(string(d.self), d.st, d.status)
+}
+
+func (d *documents) trustz() debugdoc.Trustz { return trust.Trustz(d.bundle.TrustRoots()) }
+
+func (d *documents) spokez() debugdoc.Spokez { return d.fleet.Spokes(d.opts.Clock.Now()) }
+
+// console builds the web console over the documents.
+func (d *documents) console(reg prometheus.Gatherer, log logr.Logger) (*console.Console, error) {
+	return console.New(console.Options{
+		Replica: string(d.self), Gatherer: reg, Clock: d.opts.Clock, Log: log.WithName("console"),
+		Sources: console.Sources{
+			Registryz: d.registryz, Federationz: d.repl.Federationz, Proxies: d.fleet.All,
+			Trustz: d.trustz, Spokez: d.spokez,
+			Explain: d.explain.Explain,
+		},
+	})
+}
+
+// debug returns the /debug documents by name.
+func (d *documents) debug() map[string]func(*http.Request) any {
+	return map[string]func(*http.Request) any{
+		debugdoc.RegistryzName: func(*http.Request) any {
+			// The digest is for readers of the document only: the
+			// console, which reads registryz every refresh, needs none.
+			doc := d.registryz()
+			doc.Digest = debugdoc.ServicesDigest(doc.Services)
+			return doc
+		},
+		debugdoc.FederationzName:  func(*http.Request) any { return d.repl.Federationz() },
+		debugdoc.ProxyStatusName:  func(*http.Request) any { return proxystatus.JSONDocument{Proxies: d.fleet.All()} },
+		debugdoc.TrustzName:       func(*http.Request) any { return d.trustz() },
+		debugdoc.SpokezName:       func(*http.Request) any { return d.spokez() },
+		debugdoc.ClusterzName:     func(*http.Request) any { return remotes.Clusterz(d.status) },
+		debugdoc.ConfigzName:      func(*http.Request) any { return d.config.Configz() },
+		debugdoc.ConfigStatusName: func(r *http.Request) any { return configStatus(d.fleet, d.config.Configz(), r) },
+		debugdoc.ExplainzName:     d.explain.serve,
+	}
 }
 
 // configClusterAnd gives the remote clusters' configurations, and the

@@ -358,6 +358,12 @@ func (s *Server) Serve(ctx context.Context, addr string) error {
 	return s.ServeListener(ctx, lis)
 }
 
+// Register adds services to the server's gRPC server, as Services does;
+// call it before Serve.
+func (s *Server) Register(services ...func(grpc.ServiceRegistrar)) {
+	s.opts.Services = append(s.opts.Services, services...)
+}
+
 // ServeListener is Serve on a listener the caller opened; it closes lis.
 func (s *Server) ServeListener(ctx context.Context, lis net.Listener) error {
 	srv := grpc.NewServer(append([]grpc.ServerOption{

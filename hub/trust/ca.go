@@ -61,9 +61,8 @@ type Options struct {
 	// own over Clusters. The hub passes the one its xDS streams share, so
 	// both use one review cache.
 	Authenticator ca.TokenAuthenticator
-	// Services and GRPCOptions are the CA server's (ca.ServerOptions):
-	// more services on the CA's TLS port, after the trust-bundle service.
-	Services    []func(grpc.ServiceRegistrar)
+	// GRPCOptions are the CA server's (ca.ServerOptions). More services
+	// join the CA's TLS port through Register.
 	GRPCOptions []grpc.ServerOption
 	// RetireGrace and RootSpread are the key store's (ca.KeyStoreOptions).
 	RetireGrace, RootSpread time.Duration
@@ -133,7 +132,7 @@ func New(ctx context.Context, opts Options) (*CA, error) {
 		TrustBundle: func() []byte { return trustsvc.BundleOf(opts.Bundle.TrustRoots()).PEM() },
 		DefaultTTL:  opts.CertTTL, MaxTTL: opts.MaxCertTTL,
 		ServingDNSNames: names, ServingIPs: opts.IPs, Clock: opts.Clock, Metrics: opts.Metrics, Log: c.log,
-		Services:    append([]func(grpc.ServiceRegistrar){svc.Register}, opts.Services...),
+		Services:    []func(grpc.ServiceRegistrar){svc.Register},
 		GRPCOptions: opts.GRPCOptions,
 	})
 	if err != nil {
@@ -150,6 +149,11 @@ func New(ctx context.Context, opts Options) (*CA, error) {
 func DefaultDNSNames(ns string) []string {
 	return []string{"istiod." + ns + ".svc", "meshfed-hub." + ns + ".svc"}
 }
+
+// Register adds services to the CA's TLS port (the authenticated port,
+// Istio's 15012), beside the certificate API and the trust-bundle
+// service: the hub's authenticated xDS registers there. Call it before Run.
+func (c *CA) Register(services ...func(grpc.ServiceRegistrar)) { c.server.Register(services...) }
 
 // Spokes returns the trust-bundle service, whose streams are the spokes'
 // (fleetstatus.Spokes).
