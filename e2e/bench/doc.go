@@ -223,7 +223,9 @@
 // last client has the assignment with the implied healthy count
 // (change-p50/p99-ms; first-p50 for the first client), and the control
 // plane's CPU per 100 changes and read and write system calls per change
-// and client (syscalls/update, /proc/<pid>/io). Last, a reconnect storm:
+// and client (syscalls/update, /proc/<pid>/io); then, with the clients
+// still connected and nothing changing, its idle CPU (ms a second over
+// -scale.idle, 10 s). Last, a reconnect storm:
 // every client closes and all redial at once, until every one holds its
 // assignments again
 // (storm-s), with the peak heap during it over the steady heap before it
@@ -236,7 +238,9 @@
 // scale.json and scale.svg (a bar per control plane and figure); with
 // -scale.profiles the first replica's heap profiles after sync and with
 // the clients connected and a 10 s CPU profile of the changes are saved
-// beside them. `make bench` runs the
+// beside them. With -scale.pods=false the EndpointSlices name no Pod and
+// none is made (endpoints as of VMs or Pods the hub cannot see): the heap
+// a control plane holds per endpoint without Pod records. `make bench` runs the
 // defaults (2 clusters x 200 services x 20 endpoints, 200 clients, 50
 // changes, 1 and 3 replicas); `make bench-scale` the envelope (20 clusters,
 // 80,000 endpoints, 2,000 clients, 200 changes) with istiod, into

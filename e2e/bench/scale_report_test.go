@@ -30,6 +30,7 @@ var scaleColumns = []scaleColumn{
 	{"change p50 ms", "%.1f", func(r scaleResult) float64 { return r.ChangeP50Ms }},
 	{"change p99 ms", "%.1f", func(r scaleResult) float64 { return r.ChangeP99Ms }},
 	{"CPU s/100 changes", "%.2f", func(r scaleResult) float64 { return r.CPUPer100Changes }},
+	{"idle CPU ms/s", "%.1f", func(r scaleResult) float64 { return r.IdleCPUMsPerS }},
 	{"syscalls/update", "%.2f", func(r scaleResult) float64 { return r.ReadsPerUpdate + r.WritesPerUpdate }},
 	{"storm s", "%.2f", func(r scaleResult) float64 { return r.StormS }},
 	{"storm CPU s", "%.2f", func(r scaleResult) float64 { return r.StormCPUS }},
@@ -45,8 +46,12 @@ func scaleTable(cfg scaleConfig, results []scaleResult) string {
 	if cfg.subscribeAll {
 		subscribed = "every service each"
 	}
-	fmt.Fprintf(&sb, "envelope: %d clusters x %d services x %d endpoints = %d endpoints, %d clients (subscribed to %s), %d changes\n",
-		cfg.clusters, cfg.services, cfg.endpoints, cfg.totalEndpoints(), cfg.clients, subscribed, cfg.changes)
+	pods := "Pods"
+	if cfg.noPods {
+		pods = "no Pods"
+	}
+	fmt.Fprintf(&sb, "envelope: %d clusters x %d services x %d endpoints (%s) = %d endpoints, %d clients (subscribed to %s), %d changes\n",
+		cfg.clusters, cfg.services, cfg.endpoints, pods, cfg.totalEndpoints(), cfg.clients, subscribed, cfg.changes)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := []string{"control plane"}
 	for _, c := range scaleColumns {

@@ -44,6 +44,8 @@ var (
 	scaleIstiod    = flag.String("scale.istiod", "", "BenchmarkScale: Istio's pilot-discovery binary to run side by side (make istiod)")
 	scaleOut       = flag.String("scale.out", "", "BenchmarkScale: directory for scale.json and scale.svg (default: none written)")
 	scaleSubscribe = flag.String("scale.subscribe", "few", "BenchmarkScale: what each client subscribes to: few (eleven services, as a proxyless gRPC client) or all (every service, as an Envoy sidecar without a Sidecar scope)")
+	scalePods      = flag.Bool("scale.pods", true, "BenchmarkScale: endpoints are Pods; false: the EndpointSlices name no Pod (as for VMs), and no Pod is made")
+	scaleIdle      = flag.Duration("scale.idle", 10*time.Second, "BenchmarkScale: how long the control plane's idle CPU is measured with every client connected, after the changes")
 	scaleProfiles  = flag.Bool("scale.profiles", false, "BenchmarkScale: save the first replica's heap profiles after sync and with the clients, and a CPU profile of the changes, into -scale.out")
 )
 
@@ -64,6 +66,10 @@ type scaleConfig struct {
 	// subscribeAll: every client subscribes to every service's
 	// assignment, as an Envoy sidecar does (-scale.subscribe=all).
 	subscribeAll bool
+	// noPods: the EndpointSlices name no Pod (-scale.pods=false).
+	noPods bool
+	// idle is how long idle CPU is measured (-scale.idle).
+	idle time.Duration
 }
 
 func (c scaleConfig) local() int  { return c.services / 2 }
@@ -174,6 +180,10 @@ type scaleResult struct {
 	// CPUPer100Changes is the control plane's CPU seconds per 100 changes
 	// with every client connected.
 	CPUPer100Changes float64 `json:"cpuSPer100Changes"`
+	// IdleCPUMsPerS is the control plane's CPU, in ms a second, with every
+	// client connected and nothing changing (-scale.idle after the
+	// changes): what its timers and keepalives cost.
+	IdleCPUMsPerS float64 `json:"idleCPUMsPerS"`
 	// ReadsPerUpdate and WritesPerUpdate are the control plane's read and
 	// write system calls per change and client (one proxy update): what
 	// its transport costs beyond the response itself and its ACK.
@@ -197,7 +207,7 @@ type scaleResult struct {
 func BenchmarkScale(b *testing.B) {
 	cfg := scaleConfig{
 		clusters: *scaleClusters, services: *scaleServices, endpoints: *scaleEndpoints,
-		clients: *scaleClients, changes: *scaleChanges,
+		clients: *scaleClients, changes: *scaleChanges, noPods: !*scalePods, idle: *scaleIdle,
 	}
 	switch *scaleSubscribe {
 	case "few":
@@ -359,6 +369,9 @@ func loadScaleCluster(ctx context.Context, r *framework.RemoteCluster, i int, cf
 	g.SetLimit(scaleWorkers)
 	for _, s := range svcs {
 		for e := range cfg.endpoints {
+			if cfg.noPods {
+				break
+			}
 			g.Go(func() error { return createScalePod(gctx, c, r, s, e, scalePodIP(i, s.first+e)) })
 		}
 	}
@@ -368,7 +381,7 @@ func loadScaleCluster(ctx context.Context, r *framework.RemoteCluster, i int, cf
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(scaleWorkers)
 	for _, s := range svcs {
-		g.Go(func() error { return createScaleService(gctx, r, i, s, cfg.endpoints) })
+		g.Go(func() error { return createScaleService(gctx, r, i, s, cfg.endpoints, !cfg.noPods) })
 	}
 	return g.Wait()
 }
@@ -396,7 +409,9 @@ func createScalePod(ctx context.Context, c client.Client, r *framework.RemoteClu
 	return framework.SetPodRunning(ctx, c, pod, ip.String(), "")
 }
 
-func createScaleService(ctx context.Context, r *framework.RemoteCluster, cluster int, s scaleService, n int) error {
+// createScaleService makes s with n endpoints, which name their Pods when
+// pods is set.
+func createScaleService(ctx context.Context, r *framework.RemoteCluster, cluster int, s scaleService, n int, pods bool) error {
 	c := r.Client()
 	svc := benchService(s.ns, s.name, "grpc", "grpc")
 	svc.Spec.Selector = map[string]string{"app": s.name}
@@ -411,7 +426,9 @@ func createScaleService(ctx context.Context, r *framework.RemoteCluster, cluster
 			Addresses:  []string{scalePodIP(cluster, s.first+e).String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving, Terminating: &terminating},
 			NodeName:   &node, Zone: &zone,
-			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: s.ns, Name: scalePodName(s, e)},
+		}
+		if pods {
+			eps[e].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: s.ns, Name: scalePodName(s, e)}
 		}
 	}
 	es := benchSlice(svc, eps)
@@ -658,6 +675,16 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	res.ReadsPerUpdate, res.WritesPerUpdate = float64(reads-reads0)/updates, float64(writes-writes0)/updates
 	<-profiled
 	res.ChangeP50Ms, res.ChangeP99Ms = msOf(percentile(lastLat, 50)), msOf(percentile(lastLat, 99))
+	if cfg.idle > 0 {
+		cpu0 := cpuOf(cp)
+		select {
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		case <-time.After(cfg.idle):
+		}
+		res.IdleCPUMsPerS = (cpuOf(cp) - cpu0).Seconds() * 1000 / cfg.idle.Seconds()
+		b.Logf("idle with %d clients connected: %.1f ms of CPU a second", cfg.clients, res.IdleCPUMsPerS)
+	}
 	res.FirstP50Ms = msOf(percentile(firstLat, 50))
 	b.Logf("%d changes: all %d clients p50 %.1f ms, p99 %.1f ms (first client p50 %.1f ms); %.2f CPU s per 100 changes, %.0f µs and %.2f reads and %.2f writes per proxy update",
 		cfg.changes, cfg.clients, res.ChangeP50Ms, res.ChangeP99Ms, res.FirstP50Ms, res.CPUPer100Changes,
