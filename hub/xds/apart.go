@@ -71,19 +71,31 @@ func (c *groupCache) adoptBuilt() {
 	c.adoptLocked()
 }
 
-// buildGroup builds g's load-assignment cache from the view, sets it in hg
-// and readies hg.
+// buildGroup builds g's load-assignment cache, sets it in hg and readies
+// hg: by the planner when no push holds the push lock, else apart from it,
+// from the view.
 func (c *groupCache) buildGroup(g xdsgen.ProxyGroup, hg *heldGroup) {
-	v := c.view.Load()
-	initial := xdsgen.GroupAssignments(meshServices(c.services(), v.cfg), g, v.cfg)
-	lc := newCacheAt(c.ledger, resourcev3.EndpointType, initial, v.epoch)
+	var lc *versioned
+	apart := !c.pushMu.TryLock()
+	if apart {
+		v := c.view.Load()
+		initial := xdsgen.GroupAssignments(meshServices(c.services(), v.cfg), g, v.cfg)
+		lc = newCacheAt(c.ledger, resourcev3.EndpointType, initial, v.epoch)
+	} else {
+		// No push in progress: the planner builds it at once, sharing
+		// its endpoints with the other groups', and nothing is adopted.
+		lc = newCache(c.ledger, resourcev3.EndpointType, c.planner.AddGroup(g, c.meshServicesLocked()))
+		c.pushMu.Unlock()
+	}
 	c.mu.Lock()
 	hg.lc = lc
 	close(hg.ready)
 	c.metrics.groupsBuilt.Inc()
 	c.metrics.groups.Set(float64(c.builtGroupsLocked()))
 	c.mu.Unlock()
-	c.queue(func(b *builtApart) { b.groups = append(b.groups, apartGroup{g, hg}) })
+	if apart {
+		c.queue(func(b *builtApart) { b.groups = append(b.groups, apartGroup{g, hg}) })
+	}
 }
 
 // builtGroupsLocked counts the groups whose cache is built.
@@ -98,7 +110,8 @@ func (c *groupCache) builtGroupsLocked() int {
 }
 
 // buildSidecar builds the caches of Envoy node id, whose first stream
-// this is, from the view, and readies sc.
+// this is, and readies sc: by the planner when no push holds the push
+// lock, else apart from it, from the view.
 func (c *groupCache) buildSidecar(id string, sc *sidecar, node *corev3.Node, md xdsnode.Metadata) {
 	defer close(sc.ready)
 	proxy, cluster, err := sidecarOf(node, md)
@@ -106,12 +119,21 @@ func (c *groupCache) buildSidecar(id string, sc *sidecar, node *corev3.Node, md 
 		sc.err = err
 		return
 	}
+	node0 := xdsgen.SidecarNode{Proxy: proxy, Cluster: cluster,
+		Claimed: xdsgen.Workload{Namespace: proxy.Namespace, Labels: model.NewLabels(md.Labels)}}
+	if c.pushMu.TryLock() {
+		// No push in progress: the planner takes the node at once.
+		defer c.pushMu.Unlock()
+		services, cfg := c.meshServicesLocked(), c.planner.Config()
+		n, built := xdsgen.BuildSidecar(node0, services, cfg, c.opts)
+		sc.caches = newSidecarCaches(c.ledger, built, 0, false)
+		c.writeAdopted(c.envoy.Adopt(id, n, built, services, cfg, false))
+		return
+	}
 	v := c.view.Load()
 	services := meshServices(c.services(), v.cfg)
-	n, built := xdsgen.BuildSidecar(xdsgen.SidecarNode{Proxy: proxy, Cluster: cluster,
-		Claimed: xdsgen.Workload{Namespace: proxy.Namespace, Labels: model.NewLabels(md.Labels)}},
-		services, v.cfg, c.opts)
-	sc.caches = newSidecarCaches(c.ledger, built, v.epoch)
+	n, built := xdsgen.BuildSidecar(node0, services, v.cfg, c.opts)
+	sc.caches = newSidecarCaches(c.ledger, built, v.epoch, true)
 	// The shared routes its listeners name that nobody wrote yet (the
 	// first sidecar's, or those of a new route set): the planner writes
 	// the same when it adopts the node.
@@ -157,15 +179,7 @@ func (c *groupCache) adoptLocked() {
 		if !c.holds(func() bool { return c.sidecars[a.id] == a.sc }) {
 			continue
 		}
-		sp := c.envoy.Adopt(a.id, a.node, a.written, services, cfg, a.plan != plan)
-		if up := sp.Routes.Upsert; len(up) > 0 {
-			// Those the node's first stream wrote are most likely equal.
-			c.write(c.envoyRoutes, func() error { return c.envoyRoutes.adopt(up, false) })
-			sp.Routes = xdsgen.Changes{}
-		}
-		for _, w := range c.sidecarWrites(sp) {
-			c.write(w.cache, func() error { return w.cache.UpdateResources(w.Upsert, w.Delete) })
-		}
+		c.writeAdopted(c.envoy.Adopt(a.id, a.node, a.written, services, cfg, a.plan != plan))
 		for _, lc := range a.sc.caches {
 			c.ledger.Adopted(lc.id)
 		}
@@ -178,6 +192,20 @@ func (c *groupCache) adoptLocked() {
 			c.write(listeners, func() error { return listeners.adopt(up, false) })
 		}
 	}
+}
+
+// writeAdopted writes what the Envoy planner returned for a node it
+// adopted, in its order; the caller holds pushMu.
+func (c *groupCache) writeAdopted(sp xdsgen.SidecarPlan) {
+	if up := sp.Routes.Upsert; len(up) > 0 {
+		// Those the node's first stream wrote are most likely equal.
+		c.write(c.envoyRoutes, func() error { return c.envoyRoutes.adopt(up, false) })
+		sp.Routes = xdsgen.Changes{}
+	}
+	for _, w := range c.sidecarWrites(sp) {
+		c.write(w.cache, func() error { return w.cache.UpdateResources(w.Upsert, w.Delete) })
+	}
+	c.metrics.routeSets.Set(float64(c.envoy.RouteSets()))
 }
 
 // holds reports, under mu, whether ok holds.

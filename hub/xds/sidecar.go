@@ -77,13 +77,17 @@ type sidecar struct {
 	caches map[string]*versioned
 }
 
-// newSidecarCaches returns the caches of an Envoy node built apart from
-// the planner from the configuration of epoch, holding built (by type
-// URL).
-func newSidecarCaches(l *xdsstatus.Ledger, built map[string]map[string]types.Resource, epoch uint64) map[string]*versioned {
+// newSidecarCaches returns the caches of an Envoy node, holding built (by
+// type URL): built apart from the planner from the configuration of epoch,
+// or by it under the push lock (apart false; epoch is then unused).
+func newSidecarCaches(l *xdsstatus.Ledger, built map[string]map[string]types.Resource, epoch uint64, apart bool) map[string]*versioned {
 	caches := map[string]*versioned{}
 	for _, t := range xdsgen.SidecarTypes {
-		caches[t] = newCacheAt(l, t, built[t], epoch)
+		if apart {
+			caches[t] = newCacheAt(l, t, built[t], epoch)
+		} else {
+			caches[t] = newCache(l, t, built[t])
+		}
 	}
 	caches[resourcev3.ClusterType].rewarmsOf = rewarmsOf
 	return caches
