@@ -165,10 +165,10 @@ func newWatchCache(typeURL, prefix string, initial map[string]types.Resource) *w
 	}
 	v := c.versionLocked()
 	for name, res := range initial {
-		e := newEntry(name, res, v, c.twin, c.marshal)
-		// Marshalled here, before any watch can take the cache's lock.
-		_, _ = e.bytes()
-		c.resources[name] = e
+		// Marshalled on its first answer, not here: a group's cache
+		// holds every service's assignment, of which its proxies may
+		// watch a few (see the package documentation).
+		c.resources[name] = newEntry(name, res, v, c.twin, c.marshal)
 	}
 	return c
 }
