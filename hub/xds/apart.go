@@ -76,7 +76,7 @@ func (c *groupCache) adoptBuilt() {
 // from the view.
 func (c *groupCache) buildGroup(g xdsgen.ProxyGroup, hg *heldGroup) {
 	var lc *versioned
-	apart := !c.pushMu.TryLock()
+	apart := !c.lockForBuild()
 	if apart {
 		v := c.view.Load()
 		initial := xdsgen.GroupAssignments(meshServices(c.services(), v.cfg), g, v.cfg)
@@ -85,7 +85,7 @@ func (c *groupCache) buildGroup(g xdsgen.ProxyGroup, hg *heldGroup) {
 		// No push in progress: the planner builds it at once, sharing
 		// its endpoints with the other groups', and nothing is adopted.
 		lc = newCache(c.ledger, resourcev3.EndpointType, c.planner.AddGroup(g, c.meshServicesLocked()))
-		c.pushMu.Unlock()
+		c.unlockBuild()
 	}
 	c.mu.Lock()
 	hg.lc = lc
@@ -121,9 +121,9 @@ func (c *groupCache) buildSidecar(id string, sc *sidecar, node *corev3.Node, md 
 	}
 	node0 := xdsgen.SidecarNode{Proxy: proxy, Cluster: cluster,
 		Claimed: xdsgen.Workload{Namespace: proxy.Namespace, Labels: model.NewLabels(md.Labels)}}
-	if c.pushMu.TryLock() {
+	if c.lockForBuild() {
 		// No push in progress: the planner takes the node at once.
-		defer c.pushMu.Unlock()
+		defer c.unlockBuild()
 		services, cfg := c.meshServicesLocked(), c.planner.Config()
 		n, built := xdsgen.BuildSidecar(node0, services, cfg, c.opts)
 		sc.caches = newSidecarCaches(c.ledger, built, 0, false)
@@ -192,6 +192,26 @@ func (c *groupCache) adoptLocked() {
 			c.write(listeners, func() error { return listeners.adopt(up, false) })
 		}
 	}
+}
+
+// lockForBuild takes the push lock for a build by the planners, unless a
+// push holds it. Builds are serialized (buildMu), so that one stream's
+// build does not send another's apart: once buildMu is held, only a push,
+// an adoption or a stream's close can hold the push lock. It reports
+// false, holding nothing, when one does: the caller builds apart.
+func (c *groupCache) lockForBuild() bool {
+	c.buildMu.Lock()
+	if c.pushMu.TryLock() {
+		return true
+	}
+	c.buildMu.Unlock()
+	return false
+}
+
+// unlockBuild releases what lockForBuild took.
+func (c *groupCache) unlockBuild() {
+	c.pushMu.Unlock()
+	c.buildMu.Unlock()
 }
 
 // writeAdopted writes what the Envoy planner returned for a node it

@@ -60,6 +60,9 @@ type groupCache struct {
 	// view is what the last plan planned with, for what is built apart
 	// from the planners.
 	view atomic.Pointer[pushView]
+	// buildMu serializes the streams' builds by the planners
+	// (lockForBuild); taken before pushMu, held only while building.
+	buildMu sync.Mutex
 
 	// mu guards what streams attach to: groups, attached, sidecars and
 	// apart. It is never held while building, writing or waiting.

@@ -32,6 +32,17 @@ func (c *groupCache) addInbound(typeURL string, cluster model.ClusterID, lc *ver
 	if len(names) == 0 {
 		return
 	}
+	if c.lockForBuild() {
+		// No push in progress: the planner builds them at once.
+		// Written before the lock is released, so that a push's refresh
+		// of one of them lands after.
+		if up := c.planner.Inbound(names, cluster, c.workloadLookupLocked()); len(up) > 0 {
+			// Updating only fails for a nil resource.
+			_ = lc.UpdateResources(up, nil)
+		}
+		c.unlockBuild()
+		return
+	}
 	v := c.view.Load()
 	lookup := workloadLookup(func() []*model.MergedService { return meshServices(c.services(), v.cfg) }, v.cfg)
 	up := map[string]types.Resource{}

@@ -118,15 +118,12 @@ func newEntry(name string, res types.Resource, version string, twin func(types.R
 }
 
 // holding returns an entry of res, which is proto.Equal to e's resource,
-// with e's version, bytes and hash, and a twin of its own (see newEntry).
+// with e's version. It marshals res anew (to the same bytes: marshalling
+// is deterministic) rather than keep e's marshalling, whose closure may
+// still hold e's resource: the swap is to free that copy.
 func (e *entry) holding(res types.Resource, twin func(types.Resource) types.Resource,
 	marshal func(types.Resource) ([]byte, error)) *entry {
-	out := &entry{name: e.name, res: res, version: e.version, bytes: e.bytes, hash: e.hash}
-	out.twin = func() *entry { return out }
-	if twin != nil {
-		out.twin = sync.OnceValue(func() *entry { return newEntry(out.name, twin(res), out.version, nil, marshal) })
-	}
-	return out
+	return newEntry(e.name, res, e.version, twin, marshal)
 }
 
 // any is e's bytes as an answer of typeURL carries them.
@@ -228,7 +225,7 @@ func (c *watchCache) UpdateResources(up map[string]types.Resource, del []string)
 
 // adopt makes the cache hold res where it differs: a name whose resource
 // is proto.Equal to the one held takes res's object in a new entry that
-// keeps the old one's version and bytes, so nothing is sent again (the
+// keeps the old one's version, so nothing is sent again (the
 // planner's objects, which share endpoints across groups, replace copies
 // built apart from it); a differing or new one is written as
 // UpdateResources writes it; with others, names res lacks are deleted.
