@@ -117,15 +117,6 @@ func newEntry(name string, res types.Resource, version string, twin func(types.R
 	return e
 }
 
-// holding returns an entry of res, which is proto.Equal to e's resource,
-// with e's version. It marshals res anew (to the same bytes: marshalling
-// is deterministic) rather than keep e's marshalling, whose closure may
-// still hold e's resource: the swap is to free that copy.
-func (e *entry) holding(res types.Resource, twin func(types.Resource) types.Resource,
-	marshal func(types.Resource) ([]byte, error)) *entry {
-	return newEntry(e.name, res, e.version, twin, marshal)
-}
-
 // any is e's bytes as an answer of typeURL carries them.
 func (e *entry) any(typeURL string) (*anypb.Any, error) {
 	b, err := e.bytes()
@@ -254,7 +245,10 @@ func (c *watchCache) adopt(res map[string]types.Resource, others bool) error {
 		c.mu.Lock()
 		for n, pair := range same {
 			if e := c.resources[n]; e != nil && e.res == pair[0] {
-				c.resources[n] = e.holding(pair[1], c.twin, c.marshal)
+				// Marshalled anew (to the same bytes: marshalling is
+				// deterministic) rather than keep e's marshalling, whose
+				// closure may hold e's resource, the copy to free.
+				c.resources[n] = newEntry(n, pair[1], e.version, c.twin, c.marshal)
 			}
 		}
 		c.mu.Unlock()

@@ -2,6 +2,7 @@ package xdsgen
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -126,7 +127,7 @@ func TestTranslatorsReadTheCapabilityTable(t *testing.T) {
 			reflect.ValueOf(&envoySidecar).Elem().Field(i).Set(reflect.ValueOf(marker))
 			var extra []string
 			for _, n := range notesOf(objs, ProxyEnvoy) {
-				if !contains(envoyBase, n) {
+				if !slices.Contains(envoyBase, n) {
 					extra = append(extra, n)
 				}
 			}
@@ -140,13 +141,4 @@ func TestTranslatorsReadTheCapabilityTable(t *testing.T) {
 	if lacks < 20 {
 		t.Errorf("the gRPC table declares %d lacks; the walk over its fields found too few", lacks)
 	}
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
