@@ -676,6 +676,16 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	<-profiled
 	res.ChangeP50Ms, res.ChangeP99Ms = msOf(percentile(lastLat, 50)), msOf(percentile(lastLat, 99))
 	if cfg.idle > 0 {
+		// A CPU profile and an execution trace (which goroutines wake,
+		// and why) of the idle window, with -scale.profiles.
+		var profiled sync.WaitGroup
+		secs := max(1, int(cfg.idle.Seconds()))
+		profiled.Go(func() {
+			saveProfile(ctx, b, reps[0], fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), "cpu-idle-"+name+".pb.gz")
+		})
+		profiled.Go(func() {
+			saveProfile(ctx, b, reps[0], fmt.Sprintf("/debug/pprof/trace?seconds=%d", secs), "trace-idle-"+name+".out")
+		})
 		cpu0 := cpuOf(cp)
 		select {
 		case <-ctx.Done():
@@ -683,6 +693,7 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		case <-time.After(cfg.idle):
 		}
 		res.IdleCPUMsPerS = (cpuOf(cp) - cpu0).Seconds() * 1000 / cfg.idle.Seconds()
+		profiled.Wait()
 		b.Logf("idle with %d clients connected: %.1f ms of CPU a second", cfg.clients, res.IdleCPUMsPerS)
 	}
 	res.FirstP50Ms = msOf(percentile(firstLat, 50))

@@ -37,7 +37,7 @@ var (
 
 const (
 	// leaveTimeout bounds the wait for the leave broadcast on shutdown; the
-	// broadcast goes out on the next gossip tick (100 ms), so this is only
+	// broadcast goes out on the next gossip tick (500 ms), so this is only
 	// reached when no peer is reachable any more.
 	leaveTimeout = 3 * time.Second
 	// joinBackoffMin and joinBackoffMax bound the wait between join

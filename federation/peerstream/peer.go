@@ -334,16 +334,21 @@ func (p *Peers) reconcileLocked() {
 // Broadcast queues msg for every connected peer. It never blocks: a peer
 // whose queue is full has its stream closed (and catches up when it
 // reconnects). It returns an error only for a message that cannot be sent
-// at all (ErrMalformedMessage), which it also logs.
+// at all (ErrMalformedMessage), which it also logs. With no peer
+// connected it encodes nothing and returns nil: a lone replica pays nothing
+// per change (a peer that connects later catches up from its Hello).
 func (p *Peers) Broadcast(msg *federation.PeerMessage) error {
+	p.mu.Lock()
+	links := slices.Collect(maps.Values(p.links))
+	p.mu.Unlock()
+	if len(links) == 0 {
+		return nil
+	}
 	f, err := encodeOutbound(msg)
 	if err != nil {
 		p.log.Error(err, "not broadcasting malformed message")
 		return err
 	}
-	p.mu.Lock()
-	links := slices.Collect(maps.Values(p.links))
-	p.mu.Unlock()
 	for _, l := range links {
 		_ = p.enqueue(l, f) // overflows are counted and logged
 	}

@@ -238,12 +238,12 @@ func (cw *clusterWatch) waitForSync(ctx context.Context) bool {
 // retry a refused connection silently (client-go's watch-list loop never
 // surfaces it), so the cause of an unreachable cluster comes from a probe:
 // a one-item list of Namespaces, which also proves the credentials. It runs
-// at once and then every ProbeInterval; a cluster not published within
-// SyncTimeout is reported unreachable with the last probe's error.
+// at once and then every ProbeInterval, on its multiples (nextProbe); a cluster not published within SyncTimeout
+// is reported unreachable with the last probe's error.
 func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-chan struct{}) {
 	opts := cw.w.opts
-	ticker := opts.Clock.NewTicker(opts.ProbeInterval)
-	defer ticker.Stop()
+	probeTimer := opts.Clock.NewTimer(nextProbe(opts.Clock.Now(), opts.ProbeInterval))
+	defer probeTimer.Stop()
 	timeout := opts.Clock.NewTimer(opts.SyncTimeout)
 	defer timeout.Stop()
 	isPublished := func() bool {
@@ -331,8 +331,9 @@ func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-
 				cw.log.Info("remote cluster not synced yet", "timeout", opts.SyncTimeout.String(), "state", state)
 				opts.Status.Set(cw.id, secret, state, msg)
 			}
-		case <-ticker.C():
+		case <-probeTimer.C():
 			probe()
+			probeTimer.Reset(nextProbe(opts.Clock.Now(), opts.ProbeInterval))
 		case <-dropC:
 			dropTimer, dropC = nil, nil
 			if lastErr != nil && !dropped {
@@ -340,6 +341,15 @@ func (cw *clusterWatch) monitor(ctx context.Context, secret string, published <-
 			}
 		}
 	}
+}
+
+// nextProbe returns how long from now until the next multiple of every
+// (counted from time.Time's zero). Every cluster's probes fall on the same instants,
+// so a hub watching many clusters wakes once per interval for all of them
+// rather than once per cluster (on a small VM a wakeup of an idle Go
+// process costs about 0.2 ms of CPU).
+func nextProbe(now time.Time, every time.Duration) time.Duration {
+	return now.Truncate(every).Add(every).Sub(now)
 }
 
 // dropEndpoints deletes every service shard of the cluster, its

@@ -35,6 +35,8 @@ type members struct {
 	// unconnected holds, per member without a peer stream, since when
 	// (only runConnectCheck's goroutine touches it).
 	unconnected map[federation.ReplicaID]time.Time
+	// recheck wakes runConnectCheck (capacity 1; see wake).
+	recheck chan struct{}
 }
 
 // run follows membership changes until ctx ends.
@@ -67,6 +69,7 @@ func (ms *members) onMembers() {
 	if ms.onDepart != nil {
 		ms.onDepart(ids)
 	}
+	ms.wake() // a new member starts its grace
 }
 
 func (ms *members) setMembers(ids []federation.ReplicaID) {
@@ -76,24 +79,51 @@ func (ms *members) setMembers(ids []federation.ReplicaID) {
 	ms.m.members.Set(float64(len(ids)))
 }
 
-// runConnectCheck sets aside, every quarter of the grace, the members that
-// have had no peer stream for the grace.
+// runConnectCheck sets aside the members that have had no peer stream for
+// the grace. It sleeps while there is nothing to wait for (every live
+// member connected, or suspected already) and wakes on a membership
+// change, a broken stream, or when the earliest pending grace ends: an
+// idle replica has no timer of its own here.
 func (ms *members) runConnectCheck(ctx context.Context) {
-	t := ms.clock.NewTicker(ms.grace / 4)
-	defer t.Stop()
+	var timer clock.Timer
+	stop := func() {
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+	}
+	defer stop()
 	for {
+		now := ms.clock.Now()
+		next, wait := ms.checkUnconnected(now)
+		stop()
+		var fire <-chan time.Time
+		if wait {
+			timer = ms.clock.NewTimer(max(next.Sub(now), 0))
+			fire = timer.C()
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C():
-			ms.checkUnconnected(ms.clock.Now())
+		case <-ms.recheck:
+		case <-fire:
 		}
 	}
 }
 
+// wake has runConnectCheck look again (a membership change or a broken
+// stream); it never blocks.
+func (ms *members) wake() {
+	select {
+	case ms.recheck <- struct{}{}:
+	default:
+	}
+}
+
 // checkUnconnected suspects the live members without a peer stream since
-// the grace before now. A suspect that connects is taken back by Hello.
-func (ms *members) checkUnconnected(now time.Time) {
+// the grace before now. A suspect that connects is taken back by Hello. It
+// returns when the next member's grace ends, if one is pending.
+func (ms *members) checkUnconnected(now time.Time) (next time.Time, pending bool) {
 	connected := map[federation.ReplicaID]bool{}
 	for _, id := range ms.peers.Connected() {
 		connected[id] = true
@@ -109,10 +139,16 @@ func (ms *members) checkUnconnected(now time.Time) {
 		}
 		since, ok := ms.unconnected[id]
 		if !ok {
-			ms.unconnected[id] = now
+			since = now
+			ms.unconnected[id] = since
+		}
+		if end := since.Add(ms.grace); now.Before(end) {
+			if !pending || end.Before(next) {
+				next, pending = end, true
+			}
 			continue
 		}
-		if now.Sub(since) >= ms.grace && ms.own.suspect(id, true) {
+		if ms.own.suspect(id, true) {
 			ms.log.Info("no peer stream with a member; treating it as suspect", "peer", id, "since", since)
 			changed = true
 		}
@@ -125,6 +161,7 @@ func (ms *members) checkUnconnected(now time.Time) {
 	if changed {
 		ms.setMembers(ms.own.liveMembers())
 	}
+	return next, pending
 }
 
 // peerDown sets a peer aside as suspect: its clusters move now rather than
@@ -134,6 +171,7 @@ func (ms *members) peerDown(id federation.ReplicaID) {
 	if ms.own.suspect(id, true) {
 		ms.setMembers(ms.own.liveMembers())
 	}
+	ms.wake()
 }
 
 // Hello implements peerstream.KindHandler (registered for no kind): a

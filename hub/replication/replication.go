@@ -125,7 +125,7 @@ func New(opts Options, deps Deps) (*Replicator, error) {
 	}
 	r.clusters = &clusters{self: opts.Self, store: deps.Store, peers: r.peers, m: r.m, log: opts.Log, clock: opts.Clock}
 	r.members = &members{self: opts.Self, own: deps.Ownership, store: deps.Store, peers: r.peers, m: r.m, log: opts.Log,
-		grace: opts.PeerConnectGrace, clock: opts.Clock, unconnected: map[federation.ReplicaID]time.Time{}}
+		grace: opts.PeerConnectGrace, clock: opts.Clock, unconnected: map[federation.ReplicaID]time.Time{}, recheck: make(chan struct{}, 1)}
 	deps.Trust.peers, deps.Trust.m = r.peers, r.m
 	handlers := []struct {
 		h     peerstream.KindHandler
