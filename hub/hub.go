@@ -283,7 +283,6 @@ func Run(ctx context.Context, opts Options) error {
 	g.Go(func() error { return xdsServer.Run(ctx) })
 	g.Go(func() error { return mon.Run(ctx) })
 	g.Go(func() error { return repl.Run(ctx) })
-	g.Go(func() error { fleet.Run(ctx); return nil })
 	g.Go(func() error { ui.Run(ctx); return nil })
 	g.Go(func() error { return config.Run(ctx) })
 	g.Go(func() error {

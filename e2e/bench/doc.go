@@ -237,8 +237,9 @@
 // The table is printed, and with -scale.out written as scale.txt,
 // scale.json and scale.svg (a bar per control plane and figure); with
 // -scale.profiles the first replica's heap profiles after sync and with
-// the clients connected, a 10 s CPU profile of the changes and a CPU
-// profile of the idle window are saved beside them (the idle figure then
+// the clients connected, a 10 s CPU profile of the changes and an
+// execution trace of their first 3 s, and a CPU profile and an execution
+// trace of the idle window are saved beside them (the idle figure then
 // includes what profiling costs). With -scale.pods=false the EndpointSlices name no Pod and
 // none is made (endpoints as of VMs or Pods the hub cannot see): the heap
 // a control plane holds per endpoint without Pod records. `make bench` runs the

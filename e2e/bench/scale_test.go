@@ -648,11 +648,16 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		b.Fatal(err)
 	}
 	var lastLat, firstLat []time.Duration
-	profiled := make(chan struct{})
-	go func() {
-		defer close(profiled)
+	// A CPU profile of the changes and an execution trace of their first
+	// 3 s (each goroutine's wakeups on a change's path), with
+	// -scale.profiles.
+	var profiled sync.WaitGroup
+	profiled.Go(func() {
 		saveProfile(ctx, b, reps[0], "/debug/pprof/profile?seconds=10", "cpu-changes-"+name+".pb.gz")
-	}()
+	})
+	profiled.Go(func() {
+		saveProfile(ctx, b, reps[0], "/debug/pprof/trace?seconds=3", "trace-changes-"+name+".out")
+	})
 	cpu0 = cpuOf(cp)
 	reads0, writes0 := syscallsOf(cp)
 	for k := range cfg.changes {
@@ -673,17 +678,17 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	reads, writes := syscallsOf(cp)
 	updates := float64(cfg.changes * cfg.clients)
 	res.ReadsPerUpdate, res.WritesPerUpdate = float64(reads-reads0)/updates, float64(writes-writes0)/updates
-	<-profiled
+	profiled.Wait()
 	res.ChangeP50Ms, res.ChangeP99Ms = msOf(percentile(lastLat, 50)), msOf(percentile(lastLat, 99))
 	if cfg.idle > 0 {
 		// A CPU profile and an execution trace (which goroutines wake,
 		// and why) of the idle window, with -scale.profiles.
-		var profiled sync.WaitGroup
+		var idleProfiled sync.WaitGroup
 		secs := max(1, int(cfg.idle.Seconds()))
-		profiled.Go(func() {
+		idleProfiled.Go(func() {
 			saveProfile(ctx, b, reps[0], fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), "cpu-idle-"+name+".pb.gz")
 		})
-		profiled.Go(func() {
+		idleProfiled.Go(func() {
 			saveProfile(ctx, b, reps[0], fmt.Sprintf("/debug/pprof/trace?seconds=%d", secs), "trace-idle-"+name+".out")
 		})
 		cpu0 := cpuOf(cp)
@@ -693,7 +698,7 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 		case <-time.After(cfg.idle):
 		}
 		res.IdleCPUMsPerS = (cpuOf(cp) - cpu0).Seconds() * 1000 / cfg.idle.Seconds()
-		profiled.Wait()
+		idleProfiled.Wait()
 		b.Logf("idle with %d clients connected: %.1f ms of CPU a second", cfg.clients, res.IdleCPUMsPerS)
 	}
 	res.FirstP50Ms = msOf(percentile(firstLat, 50))

@@ -66,7 +66,7 @@ type Options struct {
 // from it, so every replica gives the same view within a batch interval.
 //
 // Fleet is the fleet-status replicator of the peer stream: Full,
-// TakeChanges, Changed, Apply and DropReplica are what replication calls
+// TakeChanges, WaitChanged, Apply and DropReplica are what replication calls
 // (replication.ProxyStatusSync); the batch interval is replication's.
 // Local changes reach this replica's own view in the same batches that go
 // to the peers. A Fleet is safe for concurrent use; its methods do not
@@ -79,15 +79,13 @@ type Fleet struct {
 	// spokesChanged is Options.Spokes' change signal; nil without a CA (a
 	// nil channel never fires).
 	spokesChanged <-chan struct{}
-	changed       chan struct{} // proxies, spokes or the ledger changed (Run), capacity 1
 	config        *ledgers      // every replica's config ledger, for ConfigStatus
 }
 
-// New returns the Fleet of opts; Run forwards its local changes.
+// New returns the Fleet of opts.
 func New(opts Options) *Fleet {
 	f := &Fleet{
 		self: string(opts.Self), proxies: opts.Proxies, view: proxystatus.NewFleet(),
-		changed: make(chan struct{}, 1),
 	}
 	var local func() []debugdoc.Spoke
 	if opts.Spokes != nil {
@@ -98,22 +96,19 @@ func New(opts Options) *Fleet {
 	return f
 }
 
-// Run forwards the changes of the local proxies and spokes to Changed
-// until ctx ends.
-func (f *Fleet) Run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.proxies.Changes():
-		case <-f.spokesChanged:
-		case <-f.config.changed():
-		}
-		select {
-		case f.changed <- struct{}{}:
-		default:
-		}
+// WaitChanged blocks until the local proxies, spokes or config ledger
+// changed (coalesced: TakeChanges then has something), and reports false
+// when ctx ends first. It selects on the sources' own signals, so a change
+// wakes no goroutine but the one waiting here.
+func (f *Fleet) WaitChanged(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-f.proxies.Changes():
+	case <-f.spokesChanged:
+	case <-f.config.changed():
 	}
+	return true
 }
 
 // All returns the whole fleet's proxies, sorted (xdsstatus.StatusSource: CSDS;
@@ -164,9 +159,6 @@ func (f *Fleet) TakeChanges() (encode func() ([]byte, error), ok bool) {
 	}
 	return b.encode, true
 }
-
-// Changed signals, coalesced, that TakeChanges has something.
-func (f *Fleet) Changed() <-chan struct{} { return f.changed }
 
 // Apply merges a batch of replica from. A record must name its sender as
 // replica: a peer cannot speak for another.

@@ -27,7 +27,7 @@ import (
 type peerSync interface {
 	Full() []byte
 	TakeChanges() (encode func() ([]byte, error), ok bool)
-	Changed() <-chan struct{}
+	WaitChanged(ctx context.Context) bool
 	Apply(from federation.ReplicaID, batch []byte) error
 	DropReplica(id federation.ReplicaID)
 }
@@ -85,9 +85,6 @@ func TestFleetReplicates(t *testing.T) {
 	spokes := &localSpokes{changed: make(chan struct{}, 1)}
 	a := New(Options{Self: "hub-0", Proxies: tracker, Spokes: spokes})
 	b := New(Options{Self: "hub-1", Proxies: xdsstatus.NewTracker("hub-1", clk, nil)})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go a.Run(ctx)
 
 	if raw := a.Full(); raw != nil {
 		t.Fatalf("full batch of an empty replica: %s", raw)
@@ -188,11 +185,11 @@ func TestFleetReplicates(t *testing.T) {
 func waitChanged(t *testing.T, f *Fleet) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
-		select {
-		case <-f.Changed():
-			return nil
-		default:
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // never block: with a change pending, select may still pick ctx, and Eventually asks again
+		if !f.WaitChanged(ctx) {
 			return errors.New("no change signalled")
 		}
+		return nil
 	})
 }

@@ -34,12 +34,7 @@ type fleet struct {
 
 // run publishes local proxy-status changes in batches until ctx ends.
 func (f *fleet) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.proxies.Changed():
-		}
+	for f.proxies.WaitChanged(ctx) {
 		select {
 		case <-ctx.Done():
 			return

@@ -70,8 +70,9 @@ type ProxyStatusSync interface {
 	// and returns the encoder of their batch, called only when a peer is
 	// connected (one that connects later is sent Full).
 	TakeChanges() (encode func() ([]byte, error), ok bool)
-	// Changed signals (coalesced) that TakeChanges has something.
-	Changed() <-chan struct{}
+	// WaitChanged blocks until TakeChanges has something (coalesced);
+	// false when ctx ends first.
+	WaitChanged(ctx context.Context) bool
 	// Apply merges a batch from replica from.
 	Apply(from federation.ReplicaID, batch []byte) error
 	// DropReplica forgets every record of a replica that left.
