@@ -38,12 +38,24 @@ type Cache struct {
 	// pools holds per hostname the LbEndpoints every group's assignments
 	// share (lbPool), for the merged service they were last built from.
 	pools map[model.Hostname]*lbPool
+	// clusters holds per hostname the clusters ServiceClusters last built.
+	clusters map[model.Hostname]clustersEntry
 }
 
 type serviceEntry struct {
 	svc *model.Service // private copy of the input
 	cfg istioconfig.HostConfig
 	res ServiceResources
+}
+
+// clustersEntry is what decided a hostname's ServiceClusters (see
+// serviceClusterInputs) and the clusters built from it.
+type clustersEntry struct {
+	svc    *model.Service // private copy of the input
+	dr     *istioconfig.DestinationRule
+	secure map[string]bool
+	sans   []string
+	res    []*clusterv3.Cluster
 }
 
 type endpointsEntry struct {
@@ -59,6 +71,7 @@ func NewCache() *Cache {
 		endpoints: map[model.Hostname]map[ProxyGroup]endpointsEntry{},
 		coarse:    map[model.Hostname]map[ProxyGroup]endpointsEntry{},
 		pools:     map[model.Hostname]*lbPool{},
+		clusters:  map[model.Hostname]clustersEntry{},
 	}
 }
 
@@ -93,15 +106,41 @@ func (c *Cache) Service(svc *model.Service, cfg istioconfig.HostConfig, domainSu
 		Routes:    Routes(svc, cfg, domainSuffix),
 		Clusters:  Clusters(svc, cfg.DestinationRule),
 	}
-	// Keep a copy, so that a caller mutating its Service afterwards cannot
-	// make a stale entry look current.
+	c.services[svc.Hostname] = serviceEntry{svc: ownCopy(svc), cfg: cfg, res: res}
+	return res, true
+}
+
+// ownCopy copies svc for a memo, so that a caller mutating its Service
+// afterwards cannot make a stale entry look current.
+func ownCopy(svc *model.Service) *model.Service {
 	own := *svc
 	own.Ports = slices.Clone(svc.Ports)
 	own.DNSEndpoints = slices.Clone(svc.DNSEndpoints)
 	for i := range own.DNSEndpoints {
 		own.DNSEndpoints[i].Ports = maps.Clone(own.DNSEndpoints[i].Ports)
 	}
-	c.services[svc.Hostname] = serviceEntry{svc: &own, cfg: cfg, res: res}
+	return &own
+}
+
+// ServiceClusters returns ServiceClusters(ms, dr, cfg, opts), building the
+// clusters only when what decides them changed since the last call for the
+// hostname: the service (model.Service.Equal), dr (the very one), which of
+// them are secure and the endpoints' SANs. Those last two are read from
+// ms's endpoints and cfg on every call; an endpoint change that leaves
+// them as they were, as most do, returns the very clusters returned
+// before, with rebuilt false, which a diff then skips without comparing
+// them. A nil ms (or ms.Service) yields nil and false.
+func (c *Cache) ServiceClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, cfg *istioconfig.Snapshot, opts Options) (res []*clusterv3.Cluster, rebuilt bool) {
+	if ms == nil || ms.Service == nil {
+		return nil, false
+	}
+	secure, sans := serviceClusterInputs(ms, dr, cfg, opts)
+	h := ms.Service.Hostname
+	if e, ok := c.clusters[h]; ok && e.dr == dr && e.svc.Equal(ms.Service) && maps.Equal(e.secure, secure) && slices.Equal(e.sans, sans) {
+		return e.res, false
+	}
+	res = securedClusters(ms.Service, dr, secure, sans)
+	c.clusters[h] = clustersEntry{svc: ownCopy(ms.Service), dr: dr, secure: secure, sans: sans, res: res}
 	return res, true
 }
 
@@ -157,6 +196,7 @@ func (c *Cache) Forget(h model.Hostname) {
 	delete(c.endpoints, h)
 	delete(c.coarse, h)
 	delete(c.pools, h)
+	delete(c.clusters, h)
 }
 
 // ForgetGroup drops the load assignments memoized for proxy group g, for

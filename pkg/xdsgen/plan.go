@@ -231,7 +231,8 @@ func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService
 		return
 	}
 	cfg := p.config.Host(h)
-	if res, rebuilt := p.gen.Service(ms.Service, cfg, p.config.DomainSuffix()); rebuilt {
+	res, serviceRebuilt := p.gen.Service(ms.Service, cfg, p.config.DomainSuffix())
+	if serviceRebuilt {
 		names := hostNamesOf(res)
 		for _, r := range res.Listeners {
 			b.shared[resourcev3.ListenerType].put(r.GetName(), r)
@@ -247,10 +248,13 @@ func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService
 	}
 	// Clusters also depend on the endpoints (labels, service accounts) and
 	// on PeerAuthentications, which can ask for mutual TLS even without
-	// Security (ServiceClusters); the diff drops them when they did not
-	// change.
-	for _, r := range ServiceClusters(ms, cfg.DestinationRule, p.config, p.opts) {
-		b.shared[resourcev3.ClusterType].put(r.GetName(), r)
+	// Security (ServiceClusters). They replace the plain clusters just put
+	// by a rebuild of the service's resources; the diff drops them when
+	// they did not change.
+	if clusters, rebuilt := p.gen.ServiceClusters(ms, cfg.DestinationRule, p.config, p.opts); rebuilt || serviceRebuilt {
+		for _, r := range clusters {
+			b.shared[resourcev3.ClusterType].put(r.GetName(), r)
+		}
 	}
 	if dnsResolved(ms.Service) {
 		// A DNS-resolved service has no load assignments (its clusters
@@ -300,7 +304,7 @@ func commit(written map[string]types.Resource, u pending) Changes {
 		case r == nil && ok:
 			c.Delete = append(c.Delete, n)
 			delete(written, n)
-		case r == nil, ok && proto.Equal(cur, r):
+		case r == nil, ok && (cur == r || proto.Equal(cur, r)):
 		default:
 			if c.Upsert == nil {
 				c.Upsert = map[string]types.Resource{}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
@@ -75,5 +76,37 @@ func TestPlanConfig(t *testing.T) {
 	}
 	if got := plan.Groups[groupEast].Delete; !slices.Equal(got, subsetClusters) {
 		t.Errorf("assignments deleted %v, want %v", got, subsetClusters)
+	}
+}
+
+// TestPlanKeepsSecureClustersWhenRoutesChange: a VirtualService rebuilds
+// the service's listeners and routes, whose plain clusters must not
+// replace the secure ones while the endpoints and policies that made them
+// secure stay as they were (ServiceClusters' memo is not rebuilt then).
+func TestPlanKeepsSecureClustersWhenRoutesChange(t *testing.T) {
+	p := NewPlanner(Options{Security: true, TrustDomain: "example.org"})
+	p.AddGroup(groupEast, nil)
+	first := p.Plan([]ServiceUpdate{upd(echoHost, secureFleet())})
+	c8080 := ClusterName(echoHost, 8080)
+	if first.Shared[resourcev3.ClusterType].Upsert[c8080] == nil {
+		t.Fatalf("cluster %s not planned", c8080)
+	}
+
+	vs := &istioconfig.VirtualService{
+		Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: "VirtualService", Namespace: "demo", Name: "echo"}, Generation: 1, Created: time.Unix(0, 0)},
+		Spec: &networking.VirtualService{Hosts: []string{"echo"}, Http: []*networking.HTTPRoute{{
+			Timeout: durationpb.New(3 * time.Second),
+			Route:   []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: "echo"}}},
+		}}},
+	}
+	if got := p.SetConfig(istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{vs}), []model.Hostname{echoHost}); !slices.Equal(got, []model.Hostname{echoHost}) {
+		t.Fatalf("SetConfig changed %v, want echo", got)
+	}
+	plan := p.Plan([]ServiceUpdate{upd(echoHost, secureFleet())})
+	if len(plan.Shared[resourcev3.RouteType].Upsert) == 0 {
+		t.Fatal("the VirtualService changed no route")
+	}
+	if got := plan.Shared[resourcev3.ClusterType]; !got.Empty() {
+		t.Errorf("clusters rewritten by a route change: %v", names(plan))
 	}
 }

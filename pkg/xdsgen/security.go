@@ -117,19 +117,35 @@ func ServiceClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, c
 	if ms == nil {
 		return nil
 	}
-	out := Clusters(ms.Service, dr)
-	secure := mtlsClusterSet(ProxyGRPC, ms, dr, cfg, opts)
+	secure, sans := serviceClusterInputs(ms, dr, cfg, opts)
+	return securedClusters(ms.Service, dr, secure, sans)
+}
+
+// serviceClusterInputs returns what ServiceClusters reads of ms's
+// endpoints and cfg: the names of the secure clusters and, when there are
+// any, the endpoints' SANs. The clusters are a function of these, ms's
+// service and dr (securedClusters).
+func serviceClusterInputs(ms *model.MergedService, dr *istioconfig.DestinationRule, cfg *istioconfig.Snapshot, opts Options) (secure map[string]bool, sans []string) {
+	secure = mtlsClusterSet(ProxyGRPC, ms, dr, cfg, opts)
+	if len(secure) > 0 {
+		sans = ServiceSANs(ms, opts)
+	}
+	return secure, sans
+}
+
+// securedClusters is ServiceClusters from its inputs (serviceClusterInputs).
+func securedClusters(svc *model.Service, dr *istioconfig.DestinationRule, secure map[string]bool, sans []string) []*clusterv3.Cluster {
+	out := Clusters(svc, dr)
 	if len(secure) == 0 {
 		return out
 	}
-	sans := ServiceSANs(ms, opts)
 	ts := upstreamTLS(sans)
 	// A DestinationRule's ISTIO_MUTUAL may name its own SNI and SANs.
 	own := map[string]*corev3.TransportSocket{}
-	for _, sp := range servicePorts(ms.Service) {
+	for _, sp := range servicePorts(svc) {
 		for _, s := range append([]string{""}, subsetNames(dr)...) {
 			if t := drTLS(dr, sp.Port, s); t.GetMode() == networking.ClientTLSSettings_ISTIO_MUTUAL && (t.GetSni() != "" || len(t.GetSubjectAltNames()) > 0) {
-				own[SubsetClusterName(ms.Service.Hostname, sp.Port, s)] = meshUpstreamTLS(istioSANs(t, sans), tlsSNI(t, ""))
+				own[SubsetClusterName(svc.Hostname, sp.Port, s)] = meshUpstreamTLS(istioSANs(t, sans), tlsSNI(t, ""))
 			}
 		}
 	}
