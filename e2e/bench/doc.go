@@ -224,8 +224,10 @@
 // (change-p50/p99-ms; first-p50 for the first client), and the control
 // plane's CPU per 100 changes and read and write system calls per change
 // and client (syscalls/update, /proc/<pid>/io); then, with the clients
-// still connected and nothing changing, its idle CPU (ms a second over
-// -scale.idle, 10 s). Last, a reconnect storm:
+// still connected and nothing changing, once it has settled (under 5 %
+// of a core for a second), its idle CPU (ms a second over -scale.idle,
+// 10 s). CPU is each thread's time on a CPU, in nanoseconds
+// (/proc/<pid>/task/*/schedstat). Last, a reconnect storm:
 // every client closes and all redial at once, until every one holds its
 // assignments again
 // (storm-s), with the peak heap during it over the steady heap before it

@@ -45,7 +45,7 @@ var (
 	scaleOut       = flag.String("scale.out", "", "BenchmarkScale: directory for scale.json and scale.svg (default: none written)")
 	scaleSubscribe = flag.String("scale.subscribe", "few", "BenchmarkScale: what each client subscribes to: few (eleven services, as a proxyless gRPC client) or all (every service, as an Envoy sidecar without a Sidecar scope)")
 	scalePods      = flag.Bool("scale.pods", true, "BenchmarkScale: endpoints are Pods; false: the EndpointSlices name no Pod (as for VMs), and no Pod is made")
-	scaleIdle      = flag.Duration("scale.idle", 10*time.Second, "BenchmarkScale: how long the control plane's idle CPU is measured with every client connected, after the changes")
+	scaleIdle      = flag.Duration("scale.idle", 10*time.Second, "BenchmarkScale: how long the control plane's idle CPU is measured with every client connected, once it has settled after the changes")
 	scaleProfiles  = flag.Bool("scale.profiles", false, "BenchmarkScale: save the first replica's heap profiles after sync and with the clients, and a CPU profile of the changes, into -scale.out")
 )
 
@@ -681,6 +681,11 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 	profiled.Wait()
 	res.ChangeP50Ms, res.ChangeP99Ms = msOf(percentile(lastLat, 50)), msOf(percentile(lastLat, 99))
 	if cfg.idle > 0 {
+		// Idle is measured once the work of the last change is done (a
+		// collection it brought on, a status batch), as for the heap.
+		if err := waitIdle(ctx, cp); err != nil {
+			b.Logf("%v; measuring idle CPU anyway", err)
+		}
 		// A CPU profile and an execution trace (which goroutines wake,
 		// and why) of the idle window, with -scale.profiles.
 		var idleProfiled sync.WaitGroup
