@@ -79,7 +79,7 @@ type Fleet struct {
 	// spokesChanged is Options.Spokes' change signal; nil without a CA (a
 	// nil channel never fires).
 	spokesChanged <-chan struct{}
-	config        *ledgers      // every replica's config ledger, for ConfigStatus
+	config        *ledgers // every replica's config ledger, for ConfigStatus
 }
 
 // New returns the Fleet of opts.
