@@ -138,6 +138,32 @@ type write struct {
 	typeURL string
 	cache   *versioned
 	xdsgen.Changes
+	// routesGone marks the deletion of the routes of sets a plan left
+	// empty, which apply checks against the Envoy planner's record.
+	routesGone bool
+}
+
+// apply makes write w of a plan (Server.push, in the plan's order). Every
+// write but one is made as planned. The deletion of the routes of emptied
+// sets, the plan's last, is checked under pushMu against the Envoy
+// planner's record: a sidecar adopted since the plan (with no push holding
+// the planner, a new node is adopted at once) may have brought a set back,
+// and written its routes, which then stay.
+func (c *groupCache) apply(w write) error {
+	if !w.routesGone {
+		return w.cache.UpdateResources(w.Upsert, w.Delete)
+	}
+	c.pushMu.Lock()
+	defer c.pushMu.Unlock()
+	planned := c.envoy.Routes()
+	gone := slices.DeleteFunc(slices.Clone(w.Delete), func(name string) bool {
+		_, back := planned[name]
+		return back
+	})
+	if len(gone) == 0 {
+		return nil
+	}
+	return w.cache.UpdateResources(nil, gone)
 }
 
 // plan computes the plan for hostnames hs, looking their views up with
@@ -145,7 +171,7 @@ type write struct {
 // whose configuration changed since the last plan), and returns the writes
 // it takes. It first adopts what was built apart since the last plan
 // (adoptLocked). It holds pushMu while it plans; the writes are to be made
-// after it returns, in the order given, by the one goroutine that plans
+// after it returns, in the order given (apply), by the one goroutine that plans
 // (the push loop): a group freed in between has its (dropped) cache
 // written to in vain, a group built in between from this plan's view or
 // an older one is brought up to date when it is adopted.
@@ -214,7 +240,7 @@ func (c *groupCache) sidecarWrites(sp xdsgen.SidecarPlan) []write {
 		}
 	}
 	if len(sp.RoutesGone) > 0 {
-		out = append(out, write{typeURL: resourcev3.RouteType, cache: c.envoyRoutes, Changes: xdsgen.Changes{Delete: sp.RoutesGone}})
+		out = append(out, write{typeURL: resourcev3.RouteType, cache: c.envoyRoutes, Changes: xdsgen.Changes{Delete: sp.RoutesGone}, routesGone: true})
 	}
 	return out
 }

@@ -307,7 +307,7 @@ func (s *Server) push(hs []model.Hostname, configChanged bool) {
 	}
 	start := s.clk.Now()
 	for _, w := range s.cache.plan(hs, s.opts.Registry.Service, s.config.get()) {
-		if err := w.cache.UpdateResources(w.Upsert, w.Delete); err != nil {
+		if err := s.cache.apply(w); err != nil {
 			s.opts.Log.Error(err, "updating xDS cache", "type", w.typeURL)
 			continue
 		}

@@ -267,3 +267,81 @@ func TestSidecarIngressListeners(t *testing.T) {
 		t.Errorf("without the Sidecar, inbound clusters %v, want port 9000 again", got)
 	}
 }
+
+// TestRoutesGoneSpareASetAdoptedSince: a push that empties a route set
+// deletes the set's routes after its other writes. A sidecar of that set
+// that connects once the push has planned, but before those writes, is
+// adopted at once and brings the set back: its routes must survive the
+// push's deletion, or the sidecar's listeners name routes the cache lacks
+// (while the planner's record holds them, so no later push writes them).
+func TestRoutesGoneSpareASetAdoptedSince(t *testing.T) {
+	st, c, node, writeShard := planFixture(t, xdsgen.Options{}, "10.0.0.5")
+	labelled := func(app string) map[model.Hostname]*model.ServiceShard {
+		sh := shard("c1", "r1", "10.0.0.5")
+		sh[echo].Endpoints[0].Pod = "pod-10.0.0.5"
+		sh[echo].Endpoints[0].Labels = model.NewLabels(map[string]string{"app": app})
+		return sh
+	}
+	applyAll := func(ws []write) {
+		t.Helper()
+		for _, w := range ws {
+			if err := c.apply(w); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cfg := configOf(&istioconfig.VirtualService{Meta: meta("VirtualService", "echo"), Spec: &networking.VirtualService{
+		Hosts: []string{string(echo)},
+		Http: []*networking.HTTPRoute{
+			{Name: "by-client", Match: []*networking.HTTPMatchRequest{{SourceLabels: map[string]string{"app": "client"}}},
+				Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: string(echo)}}}},
+			{Route: []*networking.HTTPRouteDestination{{Destination: &networking.Destination{Host: string(echo)}}}},
+		},
+	}})
+	class := cfg.RouteClass("demo", model.NewLabels(map[string]string{"app": "client"}))
+	setRoutes := xdsgen.SidecarRouteSetName(8080, xdsgen.RouteSet{Class: class})
+
+	writeShard(labelled("client"))
+	applyAll(c.plan([]model.Hostname{echo}, st.Service, cfg))
+	if got := c.envoy.Node(node.GetId()).Proxy.Routes; got != class {
+		t.Fatalf("the app=client pod's sidecar is of class %v, want %v", got, class)
+	}
+	if !c.envoyRoutes.has(setRoutes) {
+		t.Fatalf("routes %s not written", setRoutes)
+	}
+
+	// The pod loses its label: the push moves its sidecar to the default
+	// set, and the class's routes are to be deleted last.
+	writeShard(labelled("other"))
+	ws := c.plan([]model.Hostname{echo}, st.Service, cfg)
+	deletes := false
+	for _, w := range ws {
+		deletes = deletes || w.cache == c.envoyRoutes && slices.Contains(w.Delete, setRoutes)
+	}
+	if !deletes {
+		t.Fatalf("the push does not delete %s", setRoutes)
+	}
+
+	// Before the push writes, a sidecar labelled app=client by its own
+	// metadata connects; no push holds the planner, which adopts it.
+	nodeB := envoyNode("10.0.0.77", "pod-b", "c1", "NONE")
+	nodeB.Metadata.Fields[xdsnode.MetadataLabels] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		"app": structpb.NewStringValue("client")}})
+	c.attach(attachment{}, nodeB, xdsnode.MetadataOf(nodeB.GetMetadata()))
+	c.adoptBuilt()
+	b := c.envoy.Node(nodeB.GetId())
+	if b == nil || b.Proxy.Routes != class {
+		t.Fatalf("the new sidecar is not adopted in class %v: %+v", class, b)
+	}
+	if got := rdsNames(t, b); !slices.Equal(got, []string{setRoutes}) {
+		t.Fatalf("the new sidecar's listeners take routes %v, want %s", got, setRoutes)
+	}
+
+	applyAll(ws)
+	if !c.envoyRoutes.has(setRoutes) {
+		t.Errorf("the push deleted %s, which the sidecar adopted since names", setRoutes)
+	}
+	if _, ok := c.envoy.Routes()[setRoutes]; !ok {
+		t.Errorf("the planner's record lacks %s", setRoutes)
+	}
+}
