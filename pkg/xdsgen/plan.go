@@ -231,8 +231,7 @@ func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService
 		return
 	}
 	cfg := p.config.Host(h)
-	res, serviceRebuilt := p.gen.Service(ms.Service, cfg, p.config.DomainSuffix())
-	if serviceRebuilt {
+	if res, rebuilt := p.gen.Service(ms.Service, cfg, p.config.DomainSuffix()); rebuilt {
 		names := hostNamesOf(res)
 		for _, r := range res.Listeners {
 			b.shared[resourcev3.ListenerType].put(r.GetName(), r)
@@ -240,18 +239,17 @@ func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService
 		for _, r := range res.Routes {
 			b.shared[resourcev3.RouteType].put(r.GetName(), r)
 		}
-		for _, r := range res.Clusters {
-			b.shared[resourcev3.ClusterType].put(r.GetName(), r)
-		}
+		// The clusters written are ServiceClusters' (below), never the
+		// plain res.Clusters: those only name them.
 		b.withdraw(old, names)
 		p.names[h] = names
 	}
 	// Clusters also depend on the endpoints (labels, service accounts) and
 	// on PeerAuthentications, which can ask for mutual TLS even without
-	// Security (ServiceClusters). They replace the plain clusters just put
-	// by a rebuild of the service's resources; the diff drops them when
-	// they did not change.
-	if clusters, rebuilt := p.gen.ServiceClusters(ms, cfg.DestinationRule, p.config, p.opts); rebuilt || serviceRebuilt {
+	// Security (ServiceClusters); they are put only when rebuilt (a new
+	// service, DestinationRule, secure set or SANs), and the diff drops
+	// them when they did not change.
+	if clusters, rebuilt := p.gen.ServiceClusters(ms, cfg.DestinationRule, p.config, p.opts); rebuilt {
 		for _, r := range clusters {
 			b.shared[resourcev3.ClusterType].put(r.GetName(), r)
 		}
