@@ -27,6 +27,7 @@ import (
 	"github.com/meshfed/meshfed/federation"
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/hub/console"
+	"github.com/meshfed/meshfed/hub/credentials"
 	"github.com/meshfed/meshfed/hub/fleetstatus"
 	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
 	"github.com/meshfed/meshfed/hub/monitoring"
@@ -224,6 +225,12 @@ func Run(ctx context.Context, opts Options) error {
 		spokes = caServer.Spokes()
 	}
 	ledger := xdsstatus.NewLedger(string(self))
+	// Gateways' credentials are read in their own clusters, through the
+	// remote secrets' clients, by whichever replica serves the gateway.
+	creds, err := credentials.New(credentials.Options{Clusters: rem.provider, Log: log.WithName("credentials"), Registerer: reg})
+	if err != nil {
+		return fmt.Errorf("hub: %w", err)
+	}
 	fleet := fleetstatus.New(fleetstatus.Options{Self: self, Proxies: tracker, Spokes: spokes, Config: ledger})
 	xdsServer := xds.New(xds.Options{
 		Addr: opts.XDSAddr, Registry: st, Log: log.WithName("xds"), Metrics: reg,
@@ -232,6 +239,7 @@ func Run(ctx context.Context, opts Options) error {
 		Tracker: tracker, Ledger: ledger, StatusSource: fleet, Authn: authn,
 		Admission:    admission,
 		KnownCluster: rem.knownCluster(opts),
+		Credentials:  creds,
 	})
 	if caServer != nil {
 		// The authenticated xDS shares the CA's TLS port (15012).

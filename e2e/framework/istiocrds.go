@@ -21,7 +21,7 @@ import (
 )
 
 // IstioCRDFile is the hub chart's file of Istio networking CRDs
-// (VirtualService, DestinationRule, ServiceEntry, Sidecar), relative to the
+// (VirtualService, DestinationRule, ServiceEntry, Sidecar, Gateway), relative to the
 // module root: what `helm install` of the hub chart installs from crds/.
 const IstioCRDFile = "remote-charts/hub/crds/networking.istio.io.yaml"
 

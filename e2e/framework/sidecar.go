@@ -117,6 +117,11 @@ type SidecarOptions struct {
 	ProxyConfig map[string]any
 	// Env is extra environment (KEY=value), applied last.
 	Env []string
+	// Gateway makes the Pod a gateway, as Istio's gateway chart deploys
+	// one: its only container is istio-proxy (image "auto"), rendered by
+	// the spoke's gateway template into pilot-agent `proxy router`, which
+	// binds its Gateways' ports in the Pod. Its node ID is of type router.
+	Gateway bool
 }
 
 func (o *SidecarOptions) defaults() error {
@@ -194,6 +199,14 @@ func (f *Fleet) StartSidecar(ctx context.Context, opts SidecarOptions) (_ *Sidec
 		dir:  filepath.Join(f.dir, "pods", string(r.ID)+"."+opts.Namespace+"."+opts.Name),
 		nodeID: xdsnode.SidecarID(opts.Pod.IP().String(), opts.Name, opts.Namespace,
 			r.domainSuffix()),
+	}
+	if opts.Gateway {
+		id, err := xdsnode.ParseID(s.nodeID)
+		if err != nil {
+			return nil, err
+		}
+		id.Type = xdsnode.TypeRouter
+		s.nodeID = id.String()
 	}
 	if err := s.prepareDir(ctx, pod, proxy); err != nil {
 		return nil, err
@@ -279,9 +292,14 @@ func injectedPod(opts SidecarOptions) (*corev1.Pod, error) {
 	for _, p := range opts.AppPorts {
 		app.Ports = append(app.Ports, corev1.ContainerPort{ContainerPort: int32(p), Protocol: corev1.ProtocolTCP})
 	}
+	var annotations map[string]string
+	if opts.Gateway {
+		app = corev1.Container{Name: "istio-proxy", Image: "auto"}
+		annotations = map[string]string{inject.AnnotationTemplates: inject.TemplateGateway}
+	}
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: opts.Namespace, Name: opts.Name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Namespace: opts.Namespace, Name: opts.Name, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
 			NodeName:                     opts.Cluster.NodeName(),
 			ServiceAccountName:           opts.ServiceAccount,

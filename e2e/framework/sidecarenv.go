@@ -33,7 +33,10 @@ func (s *Sidecar) agentEnv(pod *corev1.Pod, proxy *corev1.Container) ([]string, 
 		return nil, err
 	}
 	env = setEnv(env, "PROXY_CONFIG", pc)
-	env = setEnv(env, xdsnode.MetadataEnv("INTERCEPTION_MODE"), "NONE")
+	if !s.opts.Gateway {
+		// A gateway intercepts nothing and its template says so.
+		env = setEnv(env, xdsnode.MetadataEnv("INTERCEPTION_MODE"), "NONE")
+	}
 	env = setEnv(env, "CLOUD_PLATFORM", "none")
 	for _, kv := range s.opts.Env {
 		k, v, _ := strings.Cut(kv, "=")

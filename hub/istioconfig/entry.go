@@ -126,6 +126,8 @@ func evaluate(kind string, u *unstructured.Unstructured) *entry {
 		e.obj = &istioconfig.DestinationRule{Meta: e.meta, Spec: m}
 	case *networking.Sidecar:
 		e.obj = &istioconfig.Sidecar{Meta: e.meta, Spec: m}
+	case *networking.Gateway:
+		e.obj = &istioconfig.Gateway{Meta: e.meta, Spec: m}
 	case *networking.ServiceEntry:
 		e.obj = &istioconfig.ServiceEntry{Meta: e.meta, Spec: m}
 	case *security.PeerAuthentication:

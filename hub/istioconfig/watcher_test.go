@@ -284,6 +284,8 @@ meshfed_config_rejected_total{kind="AuthorizationPolicy",reason="invalid"} 1
 meshfed_config_rejected_total{kind="AuthorizationPolicy",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="DestinationRule",reason="invalid"} 0
 meshfed_config_rejected_total{kind="DestinationRule",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="Gateway",reason="invalid"} 0
+meshfed_config_rejected_total{kind="Gateway",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="PeerAuthentication",reason="invalid"} 0
 meshfed_config_rejected_total{kind="PeerAuthentication",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="ServiceEntry",reason="invalid"} 1
@@ -300,6 +302,9 @@ meshfed_config_objects{kind="AuthorizationPolicy",state="shadowed"} 0
 meshfed_config_objects{kind="DestinationRule",state="applied"} 1
 meshfed_config_objects{kind="DestinationRule",state="rejected"} 0
 meshfed_config_objects{kind="DestinationRule",state="shadowed"} 0
+meshfed_config_objects{kind="Gateway",state="applied"} 0
+meshfed_config_objects{kind="Gateway",state="rejected"} 0
+meshfed_config_objects{kind="Gateway",state="shadowed"} 0
 meshfed_config_objects{kind="PeerAuthentication",state="applied"} 1
 meshfed_config_objects{kind="PeerAuthentication",state="rejected"} 0
 meshfed_config_objects{kind="PeerAuthentication",state="shadowed"} 0

@@ -121,6 +121,9 @@ func (c *groupCache) buildSidecar(id string, sc *sidecar, node *corev3.Node, md 
 	}
 	node0 := xdsgen.SidecarNode{Proxy: proxy, Cluster: cluster,
 		Claimed: xdsgen.Workload{Namespace: proxy.Namespace, Labels: model.NewLabels(md.Labels)}}
+	if c.credentials != nil {
+		sc.creds = c.credentials(cluster, proxy.Namespace)
+	}
 	if c.lockForBuild() {
 		// No push in progress: the planner takes the node at once.
 		defer c.unlockBuild()
@@ -138,9 +141,11 @@ func (c *groupCache) buildSidecar(id string, sc *sidecar, node *corev3.Node, md 
 	// first sidecar's, or those of a new route set): the planner writes
 	// the same when it adopts the node.
 	routes := map[string]types.Resource{}
-	for _, r := range xdsgen.SidecarSetRoutes(services, v.cfg, n.Proxy.RouteSet(), c.opts) {
-		if !c.envoyRoutes.has(r.GetName()) {
-			routes[r.GetName()] = r
+	if !n.Proxy.Router {
+		for _, r := range xdsgen.SidecarSetRoutes(services, v.cfg, n.Proxy.RouteSet(), c.opts) {
+			if !c.envoyRoutes.has(r.GetName()) {
+				routes[r.GetName()] = r
+			}
 		}
 	}
 	if len(routes) > 0 {

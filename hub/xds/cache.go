@@ -78,10 +78,11 @@ type groupCache struct {
 	// and route set), as the Envoy planner plans them.
 	envoyRoutes *versioned
 
-	// secrets is always empty: the hub serves no SDS secrets over ADS. An
-	// Envoy sidecar that asks for one (a DestinationRule's credentialName)
-	// gets nothing, and the cluster that needs it fails its handshakes,
-	// rather than its whole stream an error.
+	// secrets is always empty: the SDS secrets of a server without
+	// Credentials. An Envoy proxy that asks for one gets nothing, and
+	// what needs it fails its handshakes, rather than its whole stream
+	// an error. With Credentials, each Envoy node has its own
+	// (nodeCredentials).
 	secrets *versioned
 
 	// debug answers Istio's debug types (istioctl); set once, by New.
@@ -89,6 +90,9 @@ type groupCache struct {
 	// unserved is told of each watch of a type the proxy gets nothing
 	// of; set once, by New. It must not block.
 	unserved func(typeURL string, node *corev3.Node)
+	// credentials makes the credentials of an Envoy node of a cluster
+	// and namespace; nil when the server serves none. Set once, by New.
+	credentials func(cluster model.ClusterID, namespace string) *nodeCredentials
 }
 
 // pushView is what a plan planned with: its Istio configuration, the
@@ -233,7 +237,7 @@ func (c *groupCache) sidecarWrites(sp xdsgen.SidecarPlan) []write {
 	defer c.mu.Unlock()
 	for id, byType := range sp.Nodes {
 		sc := c.sidecars[id]
-		for _, t := range xdsgen.SidecarTypes {
+		for _, t := range xdsgen.NodeTypes {
 			if ch, ok := byType[t]; ok {
 				out = append(out, write{typeURL: t, cache: sc.caches[t], Changes: ch})
 			}
@@ -331,15 +335,10 @@ func (c *groupCache) pick(typeURL string, at attachment, cn *conn) (*versioned, 
 var errUnservedType = errors.New("xds: type not served")
 
 // pickSidecar returns the cache of typeURL for the Envoy node of at: the
-// shared Envoy routes, or the node's own listeners and clusters. The
+// node's own listeners and clusters (and a gateway's routes), else the
+// shared Envoy routes. The
 // node's stream is attached already (see attach).
 func (c *groupCache) pickSidecar(typeURL string, at attachment) (*versioned, error) {
-	switch typeURL {
-	case resourcev3.RouteType:
-		return c.envoyRoutes, nil
-	case resourcev3.SecretType:
-		return c.secrets, nil
-	}
 	sc := at.sc
 	if sc == nil {
 		c.mu.Lock()
@@ -354,6 +353,15 @@ func (c *groupCache) pickSidecar(typeURL string, at attachment) (*versioned, err
 	}
 	if lc, ok := sc.caches[typeURL]; ok {
 		return lc, nil
+	}
+	switch typeURL {
+	case resourcev3.RouteType:
+		return c.envoyRoutes, nil
+	case resourcev3.SecretType:
+		if sc.creds != nil {
+			return sc.creds.cache, nil
+		}
+		return c.secrets, nil
 	}
 	return nil, fmt.Errorf("%w to Envoy sidecars: %q", errUnservedType, typeURL)
 }
@@ -393,7 +401,18 @@ func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
 	}
 	c.addInbound(req.GetTypeUrl(), at.group.Cluster, lc, sub)
+	wantCredentials(req.GetTypeUrl(), at, cn, sub)
 	return lc.CreateWatch(req, sub, out)
+}
+
+// wantCredentials hands the SDS names of a watch of an Envoy node with
+// credentials to them (nodeCredentials.want) before the watch is made,
+// so that a name already known is answered by it.
+func wantCredentials(typeURL string, at attachment, cn *conn, sub cachev3.Subscription) {
+	if typeURL != resourcev3.SecretType || at.sc == nil || at.sc.creds == nil {
+		return
+	}
+	at.sc.creds.want(sub.SubscribedResources(), cn != nil && cn.auth.caller != nil)
 }
 
 // unservedWatch is the watch of a request that pick refused: one that is
@@ -421,6 +440,7 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
 	}
 	c.addInbound(req.GetTypeUrl(), at.group.Cluster, lc, sub)
+	wantCredentials(req.GetTypeUrl(), at, cn, sub)
 	return lc.CreateDeltaWatch(req, resyncOnConnect(req, sub), out)
 }
 

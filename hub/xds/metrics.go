@@ -14,6 +14,8 @@ type metrics struct {
 	nackLogs     prometheus.Counter
 	unserved     *prometheus.CounterVec
 	pushDuration prometheus.Histogram
+	// credentialsRefused counts credentials (SDS secrets) not served.
+	credentialsRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -58,14 +60,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meshfed_xds_unserved_requests_total",
 			Help: "xDS requests of a type the hub serves nothing of to the asking proxy (a ztunnel's istio.workload.Address, say), by xDS type (other for types the hub does not know): the type gets no resources and the stream lives on, as with istiod.",
 		}, []string{"type"}),
+		credentialsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meshfed_xds_credentials_refused_total",
+			Help: "Credentials (SDS secrets kubernetes://<name> named by credentialName) not served to an Envoy proxy, by reason: unauthenticated (the plaintext port), other_namespace (a Secret of another namespace than the proxy's), unreadable (missing, without the keys, unparsable, or not readable in the proxy's cluster).",
+		}, []string{"reason"}),
 		pushDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "meshfed_xds_push_duration_seconds",
 			Help:    "Time to turn a batch of registry changes into cache updates.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
 	}
+	for _, r := range credentialReasons {
+		m.credentialsRefused.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.routeSets, m.pushes, m.nacks, m.refused, m.nackLogs, m.unserved, m.pushDuration)
+		reg.MustRegister(m.proxies, m.groups, m.groupsBuilt, m.sidecars, m.routeSets, m.pushes, m.nacks, m.refused, m.nackLogs, m.unserved, m.pushDuration, m.credentialsRefused)
 	}
 	return m
 }

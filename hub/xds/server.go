@@ -93,6 +93,10 @@ type Options struct {
 	// (a starting hub has not read the remote secrets): then it passes.
 	// A node without CLUSTER_ID (istioctl) always passes.
 	KnownCluster func(id model.ClusterID) (known, decided bool)
+	// Credentials reads the Secrets that Envoy proxies name by
+	// credentialName, in their own clusters; nil serves no credential
+	// (the SDS names kubernetes://... stay unanswered).
+	Credentials Credentials
 }
 
 // genOptions are the xdsgen options of these server options.
@@ -189,6 +193,11 @@ func New(opts Options) *Server {
 	s.cache.debug = xdsstatus.NewDebugTypes(src, opts.Replica)
 	s.unservedLog = rate.NewLimiter(refusalLogRate, refusalLogBurst)
 	s.cache.unserved = s.logUnserved
+	if opts.Credentials != nil {
+		s.cache.credentials = func(cluster model.ClusterID, namespace string) *nodeCredentials {
+			return newNodeCredentials(s, s.ledger, cluster, namespace)
+		}
+	}
 	s.authn = newAuthenticator(opts.Authn, clk, opts.Log.WithName("authn"), opts.Metrics)
 	// The stream server's context ends streams when Run ends; New starts
 	// no goroutine, so an unrun Server holds nothing. Its streams, SotW

@@ -32,8 +32,9 @@ func isEnvoy(node *corev3.Node, md xdsnode.Metadata) bool {
 
 // sidecarOf reads from an Envoy node what the generator needs: the pod's
 // IP (the node ID's second field, else the first of INSTANCE_IPS), its
-// namespace (metadata NAMESPACE, else the node ID's) and how its traffic
-// reaches Envoy (INTERCEPTION_MODE, REDIRECT when unset).
+// namespace (metadata NAMESPACE, else the node ID's), how its traffic
+// reaches Envoy (INTERCEPTION_MODE, REDIRECT when unset) and whether it
+// is a gateway (node type router).
 func sidecarOf(node *corev3.Node, md xdsnode.Metadata) (xdsgen.Sidecar, model.ClusterID, error) {
 	id, err := xdsnode.ParseID(node.GetId())
 	if err != nil {
@@ -48,7 +49,8 @@ func sidecarOf(node *corev3.Node, md xdsnode.Metadata) (xdsgen.Sidecar, model.Cl
 		return xdsgen.Sidecar{}, "", fmt.Errorf("xds: Envoy node %q has no usable IP (node ID or %s): %w",
 			node.GetId(), xdsnode.MetadataInstanceIPs, err)
 	}
-	sc := xdsgen.Sidecar{IP: ip, Namespace: md.Namespace, Interception: xdsgen.InterceptRedirect}
+	sc := xdsgen.Sidecar{IP: ip, Namespace: md.Namespace, Interception: xdsgen.InterceptRedirect,
+		Router: id.Type == xdsnode.TypeRouter}
 	if sc.Namespace == "" {
 		sc.Namespace = id.Namespace
 	}
@@ -66,7 +68,7 @@ func sidecarOf(node *corev3.Node, md xdsnode.Metadata) (xdsgen.Sidecar, model.Cl
 
 // sidecar is the hub's part of one Envoy proxy (one node ID), held while
 // one of its streams is open: its own caches of listeners and clusters
-// (xdsgen.SidecarTypes), whose content the groupCache's SidecarPlanner
+// (xdsgen.SidecarTypes; a gateway's routes too, xdsgen.RouterTypes), whose content the groupCache's SidecarPlanner
 // plans once it has adopted the node.
 type sidecar struct {
 	members int // open streams of the node; guarded by groupCache.mu
@@ -75,14 +77,17 @@ type sidecar struct {
 	ready  chan struct{}
 	err    error // a node the hub cannot serve; its watches fail with it
 	caches map[string]*versioned
+	// creds are the node's credentials (SDS secrets); nil when the
+	// server serves none. Set with caches.
+	creds *nodeCredentials
 }
 
-// newSidecarCaches returns the caches of an Envoy node, holding built (by
-// type URL): built apart from the planner from the configuration of epoch,
+// newSidecarCaches returns the caches of an Envoy node, one per type of
+// built (xdsgen.Sidecar.Types), holding built (by type URL): built apart from the planner from the configuration of epoch,
 // or by it under the push lock (apart false; epoch is then unused).
 func newSidecarCaches(l *xdsstatus.Ledger, built map[string]map[string]types.Resource, epoch uint64, apart bool) map[string]*versioned {
 	caches := map[string]*versioned{}
-	for _, t := range xdsgen.SidecarTypes {
+	for t := range built {
 		if apart {
 			caches[t] = newCacheAt(l, t, built[t], epoch)
 		} else {
@@ -97,6 +102,10 @@ func newSidecarCaches(l *xdsstatus.Ledger, built map[string]map[string]types.Res
 func (s *sidecar) release(l *xdsstatus.Ledger) {
 	for _, lc := range s.caches {
 		l.Release(lc.id)
+	}
+	if s.creds != nil {
+		s.creds.close()
+		l.Release(s.creds.cache.id)
 	}
 }
 

@@ -102,6 +102,7 @@ type Snapshot struct {
 	dr            hostIndex[*DestinationRule]
 	security      securityIndex
 	sidecars      sidecarIndex
+	gateways      gatewayIndex
 	entries       entryIndex
 	sources       []sourceRule // conditions on clients (RouteClass)
 	shadowed      []Shadowed
@@ -128,6 +129,7 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 	}
 	for _, o := range s.objects {
 		s.security.add(o)
+		s.gateways.add(o)
 		if sc, ok := o.(*Sidecar); ok {
 			if s.sidecars == nil {
 				s.sidecars = sidecarIndex{}
@@ -136,6 +138,7 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 		}
 	}
 	s.security.sort()
+	s.gateways.sort()
 	s.sidecars.sort()
 	// Who wins a host does not depend on the order of the claims (the
 	// oldest does), so the objects need no sorting; the losers are known
@@ -220,6 +223,10 @@ func claimVS(idx *hostIndex[*VirtualService], h model.Hostname, vs *VirtualServi
 	}
 	claim(idx, h, vs)
 }
+
+// BoundToMesh reports whether vs applies to the mesh's sidecars and
+// proxyless clients: it names no gateway, or "mesh" among them.
+func (vs *VirtualService) BoundToMesh() bool { return boundToMesh(vs.Spec.GetGateways()) }
 
 func boundToMesh(gateways []string) bool {
 	return len(gateways) == 0 || slices.Contains(gateways, "mesh")
@@ -308,7 +315,7 @@ func ResolveHost(host, ns, domainSuffix string) model.Hostname {
 }
 
 // Kinds are the kinds a Snapshot holds.
-var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule, validate.KindServiceEntry, validate.KindSidecar,
+var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule, validate.KindServiceEntry, validate.KindSidecar, validate.KindGateway,
 	validate.KindPeerAuthentication, validate.KindAuthorizationPolicy}
 
 // hostIndex maps hostnames to the object that applies: exact hosts, and

@@ -11,10 +11,16 @@ const (
 	ProxyGRPC ProxyKind = iota
 	// ProxyEnvoy is an Envoy sidecar (upstream Envoy 1.40).
 	ProxyEnvoy
+	// ProxyRouter is an Envoy gateway (pilot-agent `proxy router`):
+	// Envoy's capabilities, for the routes of the VirtualServices bound
+	// to its Gateways.
+	ProxyRouter
 )
 
-// Kinds are the proxy kinds the generators serve, in the order notes
-// name them.
+// Kinds are the proxy kinds the generators serve mesh configuration to
+// (VirtualServices bound to the mesh, DestinationRules, ServiceEntries),
+// in the order notes name them. A gateway's clusters are a sidecar's; its
+// routes are its Gateways' (GatewayNote).
 var Kinds = []ProxyKind{ProxyGRPC, ProxyEnvoy}
 
 func (k ProxyKind) String() string { return k.Can().Name }
@@ -22,8 +28,11 @@ func (k ProxyKind) String() string { return k.Can().Name }
 // Can returns what the kind can express. An unknown kind is treated as
 // proxyless gRPC, the most restricted.
 func (k ProxyKind) Can() *Capabilities {
-	if k == ProxyEnvoy {
+	switch k {
+	case ProxyEnvoy:
 		return &envoySidecar
+	case ProxyRouter:
+		return &envoyGateway
 	}
 	return &proxylessGRPC
 }
@@ -169,6 +178,12 @@ var proxylessGRPC = Capabilities{
 var envoySidecar = Capabilities{
 	Name:   "Envoy",
 	Client: ClientEnvoy,
+}
+
+var envoyGateway = Capabilities{
+	Name:        "Envoy gateway",
+	Client:      ClientEnvoy,
+	ClientMatch: "a gateway's routes do not evaluate sourceLabels or sourceNamespace",
 }
 
 // envoy reports whether the kind runs Envoy.

@@ -8,6 +8,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
+	"github.com/meshfed/meshfed/pkg/model"
 )
 
 // ConfigNotes returns what the generators leave out of o for each proxy
@@ -27,6 +28,10 @@ func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 	}
 	switch o := o.(type) {
 	case *istioconfig.VirtualService:
+		add(gatewayRouteNotes(o, domainSuffix))
+		if !o.BoundToMesh() {
+			break
+		}
 		for _, kind := range Kinds {
 			add(streamRuleNotes(kind, o))
 			cfg := istioconfig.HostConfig{VirtualService: o}
@@ -42,6 +47,11 @@ func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 		for _, kind := range Kinds {
 			add(ClusterNotes(kind, o))
 		}
+	case *istioconfig.Gateway:
+		_, notes := gatewayPorts([]*istioconfig.Gateway{o})
+		for _, n := range notes {
+			add([]RouteNote{{Object: n.Object, Kind: ProxyRouter, Field: n.Field, Reason: n.Reason}})
+		}
 	case *istioconfig.Sidecar:
 		// Sidecars scope Envoy sidecars only.
 		add(SidecarNotes(o))
@@ -50,6 +60,29 @@ func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 		add(AuthzNotes(o))
 	}
 	return out
+}
+
+// gatewayRouteNotes are the notes of vs's HTTP rules for the gateways it
+// is bound to (those of the first one it names, with every port its
+// matches name).
+func gatewayRouteNotes(vs *istioconfig.VirtualService, domainSuffix string) []RouteNote {
+	for _, name := range vs.Spec.GetGateways() {
+		gw, ok := istioconfig.GatewayKey(name, vs.Namespace)
+		if !ok {
+			continue
+		}
+		var out []RouteNote
+		for _, port := range notePorts(vs) {
+			t := &translator{kind: ProxyRouter, can: ProxyRouter.Can(), port: port, vs: vs, domainSuffix: domainSuffix, gateway: gw,
+				drs: func(model.Hostname) *istioconfig.DestinationRule { return nil }}
+			for i, rule := range vs.Spec.GetHttp() {
+				t.rule(fmt.Sprintf("spec.http[%d]", i), rule)
+			}
+			out = append(out, t.notes...)
+		}
+		return out
+	}
+	return nil
 }
 
 // streamRuleNotes notes, for kind, the tcp[] and tls[] rules of vs, which

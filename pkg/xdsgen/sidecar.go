@@ -99,6 +99,24 @@ type Sidecar struct {
 	// VirtualService matches on clients that the pod satisfies. The zero
 	// value is the default class.
 	Routes istioconfig.RouteClass
+	// Router says the proxy is a gateway (node type router, pilot-agent
+	// `proxy router`): its listeners and routes are its Gateways' and
+	// its own (RouterListeners, RouterRoutes), its clusters every
+	// service's (RouterClusters); it has no inbound side, scope or route
+	// class.
+	Router bool
+	// Gateways are the Gateways that select a router, oldest first
+	// (istioconfig.Snapshot.GatewaysFor its Pod's labels).
+	Gateways []*istioconfig.Gateway
+}
+
+// Types are the types the proxy gets from caches of its own, in the
+// order a push writes them: SidecarTypes, or RouterTypes for a router.
+func (sc Sidecar) Types() []string {
+	if sc.Router {
+		return RouterTypes
+	}
+	return SidecarTypes
 }
 
 // ScopedServices returns, of services, those the sidecar sc sees: every

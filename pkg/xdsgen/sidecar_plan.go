@@ -18,6 +18,15 @@ import (
 // and its load assignments are its proxy group's (Planner).
 var SidecarTypes = []string{resourcev3.ListenerType, resourcev3.ClusterType}
 
+// RouterTypes are the types a router (gateway) gets from caches of its
+// own: its routes are its Gateways', named as istiod names them
+// (http.<port>), which would collide between gateways in a shared cache.
+var RouterTypes = []string{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType}
+
+// NodeTypes are the types of every Envoy node's own caches, in the order
+// a push writes them.
+var NodeTypes = RouterTypes
+
 // SidecarPlanner plans what Envoy sidecars get besides load assignments:
 // each node's own listeners and clusters, and the route configurations
 // they share (the default route set's, and those of the sets its nodes are
@@ -52,8 +61,11 @@ type SidecarNode struct {
 	// route class when the registry does not know its Pod.
 	Claimed Workload
 
-	written map[string]map[string]types.Resource // by type URL (SidecarTypes)
+	written map[string]map[string]types.Resource // by type URL (Proxy.Types)
 	replans int
+	// bound are a router's inputs from the configuration besides its
+	// Gateways (Proxy.Gateways): the VirtualServices bound to each.
+	bound []*istioconfig.VirtualService
 }
 
 // Replans counts the node's regenerations after its first, for tests of
@@ -110,7 +122,7 @@ func (p *SidecarPlanner) Routes() map[string]types.Resource { return p.routes }
 func BuildSidecar(n SidecarNode, services []*model.MergedService, cfg *istioconfig.Snapshot, opts Options) (SidecarNode, map[string]map[string]types.Resource) {
 	n.apply(n.state(services, IndexPods(services), cfg))
 	built := map[string]map[string]types.Resource{}
-	for _, t := range SidecarTypes {
+	for _, t := range n.Proxy.Types() {
 		built[t] = byName(sidecarResources(t, services, cfg, n.Proxy, opts))
 	}
 	n.written, n.replans = nil, 0
@@ -174,7 +186,8 @@ func (p *SidecarPlanner) Remove(id string, services []*model.MergedService, cfg 
 // whose policy, Sidecar scope or route class changed, are regenerated; a
 // VirtualService change regenerates the shared routes (and the listeners
 // of the nodes whose route set it changes, which name their set's
-// routes); otherwise every node's listeners and clusters are, from all
+// routes) and the routers; a change of a router's Gateways or of the
+// VirtualServices bound to them regenerates that router; otherwise every node's listeners and clusters are, from all
 // services, and the shared routes. Shapes are recorded whether or not a
 // node is held.
 func (p *SidecarPlanner) Plan(updates []ServiceUpdate, services []*model.MergedService, cfg *istioconfig.Snapshot, securityChanged bool) SidecarPlan {
@@ -195,7 +208,7 @@ func (p *SidecarPlanner) Plan(updates []ServiceUpdate, services []*model.MergedS
 	setsChanged := false
 	for id, n := range p.nodes {
 		st := n.state(services, pods, cfg)
-		if !r.nodes && n.same(st) {
+		if !r.nodes && !(r.routes && n.Proxy.Router) && n.same(st) {
 			continue
 		}
 		setsChanged = p.moveSet(n.Proxy.RouteSet(), st.routeSet()) || setsChanged
@@ -217,7 +230,7 @@ func (p *SidecarPlanner) Plan(updates []ServiceUpdate, services []*model.MergedS
 func (p *SidecarPlanner) replan(id string, n *SidecarNode, st sidecarState, services []*model.MergedService, cfg *istioconfig.Snapshot, out *SidecarPlan) {
 	n.apply(st)
 	n.replans++
-	for _, t := range SidecarTypes {
+	for _, t := range n.Proxy.Types() {
 		ch := Replace(n.written[t], byName(sidecarResources(t, services, cfg, n.Proxy, p.opts)))
 		if ch.Empty() {
 			continue
@@ -342,6 +355,9 @@ type sidecarState struct {
 	sec     istioconfig.WorkloadSecurity
 	scope   *istioconfig.Sidecar
 	class   istioconfig.RouteClass
+	// A router's Gateways and the VirtualServices bound to them.
+	gateways []*istioconfig.Gateway
+	bound    []*istioconfig.VirtualService
 }
 
 // state returns the node's state now, by services (indexed in pods) under
@@ -351,6 +367,14 @@ type sidecarState struct {
 // it has any, else by services).
 func (n *SidecarNode) state(services []*model.MergedService, pods Pods, cfg *istioconfig.Snapshot) sidecarState {
 	var st sidecarState
+	if n.Proxy.Router {
+		w := pods.Workload(n.Cluster, n.Proxy.IP, n.Claimed)
+		st.gateways = cfg.GatewaysFor(w.Labels)
+		for _, gw := range st.gateways {
+			st.bound = append(st.bound, cfg.GatewayRoutes(gw.Key)...)
+		}
+		return st
+	}
 	st.sec, st.scope = pods.Security(cfg, n.Cluster, n.Proxy.IP, n.Proxy.Namespace)
 	st.class = pods.RouteClass(cfg, n.Cluster, n.Proxy.IP, n.Claimed)
 	if in, ok := SidecarIngress(st.scope, n.Proxy.IP); ok {
@@ -364,6 +388,7 @@ func (n *SidecarNode) state(services []*model.MergedService, pods Pods, cfg *ist
 // apply makes st the node's state.
 func (n *SidecarNode) apply(st sidecarState) {
 	n.Proxy.Inbound, n.Proxy.Security, n.Proxy.Scope, n.Proxy.Routes = st.inbound, st.sec, st.scope, st.class
+	n.Proxy.Gateways, n.bound = st.gateways, st.bound
 }
 
 // routeSet returns the route set of a node in state st.
@@ -375,12 +400,16 @@ func (st sidecarState) routeSet() RouteSet {
 // generated from.
 func (n *SidecarNode) same(st sidecarState) bool {
 	return slices.Equal(st.inbound, n.Proxy.Inbound) && st.sec.Same(n.Proxy.Security) &&
-		st.scope == n.Proxy.Scope && st.class == n.Proxy.Routes
+		st.scope == n.Proxy.Scope && st.class == n.Proxy.Routes &&
+		slices.Equal(st.gateways, n.Proxy.Gateways) && slices.Equal(st.bound, n.bound)
 }
 
 // sidecarResources generates what sc gets of typeURL from services under
 // cfg.
 func sidecarResources(typeURL string, services []*model.MergedService, cfg *istioconfig.Snapshot, sc Sidecar, opts Options) []types.Resource {
+	if sc.Router {
+		return routerResources(typeURL, services, cfg, sc, opts)
+	}
 	var out []types.Resource
 	switch typeURL {
 	case resourcev3.ListenerType:
@@ -389,6 +418,28 @@ func sidecarResources(typeURL string, services []*model.MergedService, cfg *isti
 		}
 	case resourcev3.ClusterType:
 		for _, c := range SidecarClusters(services, cfg, sc, opts) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// routerResources generates what router sc gets of typeURL from
+// services under cfg.
+func routerResources(typeURL string, services []*model.MergedService, cfg *istioconfig.Snapshot, sc Sidecar, opts Options) []types.Resource {
+	var out []types.Resource
+	switch typeURL {
+	case resourcev3.ListenerType:
+		ls, _ := RouterListeners(sc.Gateways, services, cfg, opts)
+		for _, l := range ls {
+			out = append(out, l)
+		}
+	case resourcev3.RouteType:
+		for _, r := range RouterRoutes(sc.Gateways, services, cfg, opts) {
+			out = append(out, r)
+		}
+	case resourcev3.ClusterType:
+		for _, c := range RouterClusters(services, cfg, opts) {
 			out = append(out, c)
 		}
 	}

@@ -111,6 +111,12 @@ type translator struct {
 	domainSuffix string
 	drs          destinationRules
 	notes        []RouteNote
+	// gateway is the Gateway the routes are for; the zero Key means the
+	// mesh's sidecars and proxyless clients.
+	gateway istioconfig.Key
+	// destPort is the port of a destination that names none, by its
+	// host; nil means the port being built (the mesh's rule).
+	destPort func(h model.Hostname, def uint32) uint32
 }
 
 func (t *translator) note(field, format string, args ...any) {

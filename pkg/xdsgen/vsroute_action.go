@@ -112,8 +112,11 @@ func (t *translator) destinations(p string, dests []*networking.HTTPRouteDestina
 func (t *translator) resolve(d *networking.Destination) (model.Hostname, uint32, string) {
 	host := istioconfig.ResolveHost(d.GetHost(), t.vs.Namespace, t.domainSuffix)
 	port := t.port
-	if n := d.GetPort().GetNumber(); n != 0 {
+	switch n := d.GetPort().GetNumber(); {
+	case n != 0:
 		port = n
+	case t.destPort != nil:
+		port = t.destPort(host, t.port)
 	}
 	return host, port, d.GetSubset()
 }

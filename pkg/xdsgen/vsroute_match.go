@@ -11,6 +11,8 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/meshfed/meshfed/pkg/istioconfig"
 )
 
 // VirtualService HTTP matches: URI, headers, pseudo-headers, query
@@ -27,7 +29,11 @@ func (t *translator) match(p string, m *networking.HTTPMatchRequest) (*routev3.R
 	if m.GetPort() != 0 && m.GetPort() != t.port {
 		return nil, false
 	}
-	if gws := m.GetGateways(); len(gws) > 0 {
+	if t.gateway != (istioconfig.Key{}) {
+		if !appliesToGateway(m.GetGateways(), t.vs.Namespace, t.gateway) || !t.sourceAdmits(p, m) {
+			return nil, false
+		}
+	} else if gws := m.GetGateways(); len(gws) > 0 {
 		// Istio ignores sourceLabels and sourceNamespace when gateways are
 		// named; a match for other gateways never applies to the mesh.
 		if !slices.Contains(gws, "mesh") {

@@ -67,3 +67,14 @@ func (x Pods) RouteClass(cfg *istioconfig.Snapshot, cluster model.ClusterID, ip 
 	}
 	return cfg.RouteClass(p.Namespace, p.Labels)
 }
+
+// Workload returns the workload at ip in cluster: the Pod the registry
+// has there, else fallback (its node's namespace and LABELS metadata). A
+// gateway's labels select its Gateways: the Pod's labels decide where the
+// registry knows it, as for route classes.
+func (x Pods) Workload(cluster model.ClusterID, ip netip.Addr, fallback Workload) Workload {
+	if p, ok := x[podKey{cluster, ip.Unmap()}]; ok {
+		return p
+	}
+	return fallback
+}

@@ -78,7 +78,7 @@ func TestAdmit(t *testing.T) {
 		{"update", podRequest(t, "mesh", admissionv1.Update, appPod()), webhook.ResultAllowed, ""},
 		{"unknown template", podRequest(t, "mesh", admissionv1.Create, appPod(func(p *corev1.Pod) {
 			p.Annotations = map[string]string{inject.AnnotationTemplates: "envoy"}
-		})), webhook.ResultDenied, `inject.istio.io/templates: "envoy" (have grpc-agent, sidecar)`},
+		})), webhook.ResultDenied, `inject.istio.io/templates: "envoy" (have gateway, grpc-agent, sidecar)`},
 		{"namespace lookup fails", podRequest(t, "broken", admissionv1.Create, appPod()), webhook.ResultError, "apiserver unreachable"},
 		{"not a pod", func() *admissionv1.AdmissionRequest {
 			r := podRequest(t, "mesh", admissionv1.Create, appPod())

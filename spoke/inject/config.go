@@ -33,6 +33,9 @@ const (
 	// TemplateGRPCAgent is proxyless gRPC: a bootstrap for grpc-go and an
 	// agent that fetches certificates.
 	TemplateGRPCAgent = "grpc-agent"
+	// TemplateGateway is an Envoy gateway: pilot-agent `proxy router`
+	// in the Pod's istio-proxy container, no traffic redirection.
+	TemplateGateway = "gateway"
 )
 
 // Errors of this package.
@@ -86,12 +89,12 @@ type Config struct {
 //go:embed templates/*.yaml
 var builtin embed.FS
 
-// BuiltinTemplates returns meshfed's templates by name: TemplateSidecar and
-// TemplateGRPCAgent. The spoke chart ships the same files (a test in e2e
+// BuiltinTemplates returns meshfed's templates by name: TemplateSidecar,
+// TemplateGRPCAgent and TemplateGateway. The spoke chart ships the same files (a test in e2e
 // keeps them equal); the running webhook uses whatever its ConfigMap holds.
 func BuiltinTemplates() map[string]string {
 	out := map[string]string{}
-	for _, name := range []string{TemplateSidecar, TemplateGRPCAgent} {
+	for _, name := range []string{TemplateSidecar, TemplateGRPCAgent, TemplateGateway} {
 		b, err := builtin.ReadFile("templates/" + name + ".yaml")
 		if err != nil {
 			panic(fmt.Sprintf("inject: embedded template %s: %v", name, err)) // a build defect

@@ -365,7 +365,7 @@ func TestParseConfigMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Templates(); !slices.Equal(got, []string{"grpc-agent", "sidecar"}) {
+	if got := cfg.Templates(); !slices.Equal(got, []string{"gateway", "grpc-agent", "sidecar"}) {
 		t.Errorf("templates %v", got)
 	}
 	// Values may be JSON, as Istio writes them.
@@ -469,4 +469,42 @@ func FuzzParseConfigMap(f *testing.F) {
 			t.Fatal("a parsed ConfigMap has no templates")
 		}
 	})
+}
+
+// TestInjectGateway: the gateway template makes the Pod's istio-proxy
+// container (Istio's gateway chart names it so, image "auto") pilot-agent
+// `proxy router`, with no traffic redirection and the unprivileged port
+// sysctl that binding 80 and 443 as 1337 needs.
+func TestInjectGateway(t *testing.T) {
+	cfg := testConfig(t)
+	raw := podJSON(t, appPod(func(p *corev1.Pod) {
+		p.Labels = map[string]string{"istio": "ingressgateway"}
+		p.Annotations = map[string]string{inject.AnnotationTemplates: inject.TemplateGateway}
+		p.Spec.Containers = []corev1.Container{{Name: "istio-proxy", Image: "auto"}}
+	}))
+	patch, err := cfg.Patch(raw, "ingress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := applyPatch(t, raw, patch)
+	proxy := container(pod.Spec.Containers, "istio-proxy")
+	if len(pod.Spec.Containers) != 1 || proxy == nil || proxy.Image != "docker.io/istio/proxyv2:1.28.0" {
+		t.Fatalf("containers %+v", pod.Spec.Containers)
+	}
+	if len(proxy.Args) < 2 || proxy.Args[0] != "proxy" || proxy.Args[1] != "router" {
+		t.Errorf("istio-proxy args %v, want proxy router ...", proxy.Args)
+	}
+	if len(pod.Spec.InitContainers) != 0 {
+		t.Errorf("a gateway got init containers %v", pod.Spec.InitContainers)
+	}
+	if v, ok := env(proxy, "ISTIO_META_INTERCEPTION_MODE"); ok {
+		t.Errorf("a gateway intercepts (%s)", v)
+	}
+	if v, _ := env(proxy, "CA_ADDR"); v != "hub.meshfed.example:15012" {
+		t.Errorf("CA_ADDR %q", v)
+	}
+	sc := pod.Spec.SecurityContext
+	if sc == nil || len(sc.Sysctls) != 1 || sc.Sysctls[0].Name != "net.ipv4.ip_unprivileged_port_start" {
+		t.Errorf("pod security context %+v", sc)
+	}
 }

@@ -61,10 +61,17 @@ func TestValidatorAdmit(t *testing.T) {
 	if r := v.Admit(ctx, noSpec); r.Result != webhook.ResultDenied || !strings.Contains(r.Status.Message, "spec: required") {
 		t.Errorf("no spec: %+v", r.Status)
 	}
-	other := vsRequest(t, "v1", admissionv1.Create, "{}")
-	other.Kind.Kind = "Gateway"
-	if r := v.Admit(ctx, other); r.Result != webhook.ResultError {
+	// Gateways are validated too; a kind the hub does not read is an
+	// error of the webhook's configuration.
+	gw := vsRequest(t, "v1", admissionv1.Create, "{}")
+	gw.Kind.Kind = "Gateway"
+	if r := v.Admit(ctx, gw); r.Result != webhook.ResultDenied || !strings.Contains(r.Status.Message, "spec.servers: required") {
 		t.Errorf("gateway: %+v", r)
+	}
+	other := vsRequest(t, "v1", admissionv1.Create, "{}")
+	other.Kind.Kind = "WorkloadEntry"
+	if r := v.Admit(ctx, other); r.Result != webhook.ResultError {
+		t.Errorf("workload entry: %+v", r)
 	}
 }
 

@@ -41,7 +41,7 @@ func GroupOf(kind string) string {
 	switch kind {
 	case KindPeerAuthentication, KindAuthorizationPolicy:
 		return SecurityGroup
-	case KindVirtualService, KindDestinationRule, KindServiceEntry, KindSidecar:
+	case KindVirtualService, KindDestinationRule, KindServiceEntry, KindSidecar, KindGateway:
 		return Group
 	}
 	return ""
@@ -62,6 +62,7 @@ const (
 	KindDestinationRule = "DestinationRule"
 	KindServiceEntry    = "ServiceEntry"
 	KindSidecar         = "Sidecar"
+	KindGateway         = "Gateway"
 
 	KindPeerAuthentication  = "PeerAuthentication"
 	KindAuthorizationPolicy = "AuthorizationPolicy"
@@ -73,6 +74,7 @@ var Resources = map[string]string{
 	KindDestinationRule: "destinationrules",
 	KindServiceEntry:    "serviceentries",
 	KindSidecar:         "sidecars",
+	KindGateway:         "gateways",
 
 	KindPeerAuthentication:  "peerauthentications",
 	KindAuthorizationPolicy: "authorizationpolicies",
@@ -90,6 +92,8 @@ func NewSpec(kind string) proto.Message {
 		return &networking.ServiceEntry{}
 	case KindSidecar:
 		return &networking.Sidecar{}
+	case KindGateway:
+		return &networking.Gateway{}
 	case KindPeerAuthentication:
 		return &security.PeerAuthentication{}
 	case KindAuthorizationPolicy:
@@ -319,6 +323,8 @@ func Spec(msg proto.Message) ErrorList {
 		return ServiceEntry(m)
 	case *networking.Sidecar:
 		return Sidecar(m)
+	case *networking.Gateway:
+		return Gateway(m)
 	case *security.PeerAuthentication:
 		return PeerAuthentication(m)
 	case *security.AuthorizationPolicy:

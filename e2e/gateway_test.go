@@ -1,0 +1,191 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+
+	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/testutil"
+)
+
+// ingressNamespace holds the gateway Pods and their Istio Gateways, as
+// Istio's docs deploy them.
+const ingressNamespace = "istio-ingress"
+
+// ingressGateway starts a gateway Pod (real pilot-agent `proxy router`
+// and Envoy, rendered by the spoke's gateway template) labelled
+// istio=ingressgateway in cluster r, and returns it with its Pod.
+func ingressGateway(t *testing.T, f *framework.Fleet, net *framework.PodNetwork, hub *framework.Hub, r *framework.RemoteCluster, name string) (*framework.Sidecar, *framework.Pod) {
+	t.Helper()
+	pod := framework.NewTestPod(t, net, framework.PodOptions{Name: name})
+	gw := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r, Pod: pod, Hub: hub, Name: name, Namespace: ingressNamespace, ServiceAccount: "ingressgateway",
+		Labels: map[string]string{"istio": "ingressgateway"}, Gateway: true,
+	})
+	return gw, pod
+}
+
+// podGet sends GET http://<addr><path> with Host host from pod without
+// following redirects, and returns the status, the Location header and
+// the body.
+func podGet(ctx context.Context, pod *framework.Pod, addr, host, path string) (int, string, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return 0, "", "", err
+	}
+	req.Host = host
+	c := *pod.HTTPClient()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Location"), string(body), err
+}
+
+const ingressGatewayHTTP = `
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: public, namespace: istio-ingress}
+spec:
+  selector: {istio: ingressgateway}
+  servers:
+  - port: {number: 80, name: http, protocol: HTTP}
+    hosts: ["*/echo.example.com", "*/old.example.com"]
+  - port: {number: 8081, name: http-redirect, protocol: HTTP}
+    hosts: ["*"]
+    tls: {httpsRedirect: true}
+`
+
+const echoIngressRoute = `
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo-ingress, namespace: demo}
+spec:
+  hosts: [echo.example.com, old.example.com]
+  gateways: [istio-ingress/public]
+  http:
+  - match: [{authority: {exact: old.example.com}}]
+    redirect: {authority: echo.example.com}
+  - route: [{destination: {host: echo}}]
+`
+
+// TestIngressGatewayHTTP is the first part of issue #29's "Must show": a
+// gateway Pod in cluster-1 (Istio's pilot-agent `proxy router` driving
+// Envoy 1.40) selected by an Istio Gateway, and echo backends with
+// sidecars in cluster-2 only. HTTP through the gateway by Host reaches
+// them over mutual TLS (the backend's sidecar names the gateway's SPIFFE
+// ID in XFCC); an unknown host gets a 404; a VirtualService redirect and
+// a server's httpsRedirect answer 301; deleting the VirtualService makes
+// its host 404 again. The hub lists the gateway with every type SYNCED,
+// through meshfedctl and istioctl.
+func TestIngressGatewayHTTP(t *testing.T) {
+	f, net, hub := sidecarFleet(t, 2, "--xds-mtls")
+	ctx := t.Context()
+	r2 := f.Remote("cluster-2")
+	w, err := r2.DeployWorkload(ctx, framework.WorkloadOptions{
+		Namespace: "demo", Service: "echo", ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "cluster-2-echo"})
+	app, err := framework.StartHTTPEcho(ctx, echoPod, fmt.Sprintf("127.0.0.1:%d", w.TargetPort()), "cluster-2/echo-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close() })
+	backend := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: r2, Pod: echoPod, Hub: hub, Name: "echo-0", Namespace: "demo", Workload: w,
+	})
+
+	if err := f.Config().ApplyIstio(ctx, ingressGatewayHTTP+"---"+echoIngressRoute); err != nil {
+		t.Fatal(err)
+	}
+	gw, gwPod := ingressGateway(t, f, net, hub, f.Remote("cluster-1"), "gw-0")
+	waitReady(t, gw, backend)
+
+	client := framework.NewTestPod(t, net, framework.PodOptions{Name: "outside"})
+	addr := gwPod.IP().String() + ":80"
+	testutil.Eventually(t, converge, poll, func() error {
+		code, _, body, err := podGet(ctx, client, addr, "echo.example.com", "/")
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK || !strings.Contains(body, "cluster-2/echo-0") {
+			return fmt.Errorf("echo.example.com through the gateway: %d %q", code, body)
+		}
+		return nil
+	})
+	reply, err := framework.GetHTTPEcho(ctx, client, addr, "echo.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "URI=" + gw.SPIFFEID(); !strings.Contains(reply.XFCC, want) {
+		t.Errorf("the backend's x-forwarded-client-cert %q does not name the gateway (%s): not mutual TLS", reply.XFCC, want)
+	}
+
+	if code, _, body, err := podGet(ctx, client, addr, "unknown.example.com", "/"); err != nil || code != http.StatusNotFound {
+		t.Errorf("unknown host through the gateway: %d %q %v, want 404", code, body, err)
+	}
+	if code, loc, _, err := podGet(ctx, client, addr, "old.example.com", "/x"); err != nil || code != http.StatusMovedPermanently ||
+		loc != "http://echo.example.com/x" {
+		t.Errorf("old.example.com: %d Location %q %v, want 301 to http://echo.example.com/x", code, loc, err)
+	}
+	if code, loc, _, err := podGet(ctx, client, gwPod.IP().String()+":8081", "echo.example.com", "/y"); err != nil ||
+		code != http.StatusMovedPermanently || loc != "https://echo.example.com/y" {
+		t.Errorf("httpsRedirect: %d Location %q %v, want 301 to https://echo.example.com/y", code, loc, err)
+	}
+
+	// The gateway is a proxy like the others: every type SYNCED.
+	testutil.Eventually(t, converge, poll, func() error { return allSynced(t, hub, gw, backend) })
+	testutil.Eventually(t, converge, poll, func() error {
+		out, err := istioctl(t, f, "proxy-status", "--plaintext", "--xds-address", hub.XDSAddr(), "-o", "json")
+		if err != nil {
+			return err
+		}
+		got, err := proxyStatusJSON(out)
+		if err != nil {
+			return err
+		}
+		// istioctl names proxies <pod>.<namespace>.
+		p, ok := got[gw.Name()+"."+ingressNamespace]
+		if !ok {
+			return fmt.Errorf("istioctl does not list %s: %v", gw.Name(), got)
+		}
+		if p.cluster != "cluster-1" || len(p.types) < 4 {
+			return fmt.Errorf("istioctl shows the gateway in %q with %v", p.cluster, p.types)
+		}
+		for typ, s := range p.types {
+			if s != statusv3.ConfigStatus_SYNCED {
+				return fmt.Errorf("istioctl shows the gateway's %s %v", typ, s)
+			}
+		}
+		return nil
+	})
+
+	// The VirtualService deleted: its host is unknown again.
+	if err := f.Config().DeleteIstio(ctx, "VirtualService", "demo", "echo-ingress"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		code, _, body, err := podGet(ctx, client, addr, "echo.example.com", "/")
+		if err != nil {
+			return err
+		}
+		if code != http.StatusNotFound {
+			return fmt.Errorf("after the VirtualService's deletion: %d %q, want 404", code, body)
+		}
+		return nil
+	})
+}
