@@ -163,7 +163,9 @@ func (w *Watcher) start(ref Ref, s *watched) {
 	}
 	w.mu.Unlock()
 	lw := toolscache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "secrets", ref.Namespace,
-		func(o *metav1.ListOptions) { o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ref.Name).String() })
+		func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ref.Name).String()
+		})
 	inf := toolscache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, toolscache.Indexers{})
 	set := func(obj any) {
 		sec, ok := obj.(*corev1.Secret)
