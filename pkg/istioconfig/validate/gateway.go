@@ -93,10 +93,22 @@ func checkServerTLS(e *errs, p *field.Path, srv *networking.Server) {
 		if tls.GetCredentialName() == "" && (tls.GetServerCertificate() == "" || tls.GetPrivateKey() == "") {
 			e.add(p, "mode %s needs credentialName (or serverCertificate and privateKey)", tls.GetMode())
 		}
-		if n := tls.GetCredentialName(); n != "" && len(validation.IsDNS1123Subdomain(n)) != 0 {
-			e.add(p.Child("credentialName"), "%q is not a Secret name", n)
+		if n := tls.GetCredentialName(); n != "" && !secretRef(n) {
+			e.add(p.Child("credentialName"), "%q is not a Secret name (or <namespace>/<name>)", n)
 		}
 	}
+}
+
+// secretRef reports whether s names a Secret: "<name>", or
+// "<namespace>/<name>" (which only a proxy of that namespace may read).
+func secretRef(s string) bool {
+	ns, name, scoped := strings.Cut(s, "/")
+	if !scoped {
+		name = s
+	} else if len(validation.IsDNS1123Label(ns)) != 0 {
+		return false
+	}
+	return len(validation.IsDNS1123Subdomain(name)) == 0
 }
 
 func cmpOrDefault(s, def string) string {

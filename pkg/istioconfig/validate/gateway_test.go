@@ -53,7 +53,7 @@ servers:
 			"spec.servers[0].tls: required for a HTTPS server",
 			"spec.servers[1].tls: mode MUTUAL needs credentialName (or serverCertificate and privateKey)",
 			"spec.servers[2].tls: a HTTP server takes only httpsRedirect",
-			`spec.servers[3].tls.credentialName: "Not_A_Name" is not a Secret name`,
+			`spec.servers[3].tls.credentialName: "Not_A_Name" is not a Secret name (or <namespace>/<name>)`,
 		}},
 	})
 }
