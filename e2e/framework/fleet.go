@@ -51,6 +51,11 @@ type FleetOptions struct {
 	// first StartHub, so fleets that never start a hub never pay for it.
 	HubBinaryFunc func(ctx context.Context) (string, error)
 
+	// NoIstioCRDs starts the config cluster without the Istio CRDs (a
+	// cluster where Istio was never installed); ConfigCluster.InstallIstioCRDs
+	// installs them later.
+	NoIstioCRDs bool
+
 	// TempDir is the directory for kubeconfigs and logs of this fleet.
 	// Empty means a new directory under os.TempDir(), removed by Stop
 	// unless KeepTempDir is set. A given TempDir is never removed.
@@ -193,9 +198,11 @@ func NewFleet(ctx context.Context, opts FleetOptions) (_ *Fleet, retErr error) {
 		if err != nil {
 			return fmt.Errorf("framework: config cluster: %w", err)
 		}
-		if err := installIstioCRDs(gctx, c); err != nil {
-			_ = c.Stop() // not yet f.config, which Stop stops
-			return err
+		if !f.opts.NoIstioCRDs {
+			if err := installIstioCRDs(gctx, c); err != nil {
+				_ = c.Stop() // not yet f.config, which Stop stops
+				return err
+			}
 		}
 		f.mu.Lock()
 		f.config = &ConfigCluster{Cluster: c}

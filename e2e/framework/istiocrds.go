@@ -57,6 +57,12 @@ func installIstioCRDs(ctx context.Context, c *Cluster) error {
 	return nil
 }
 
+// InstallIstioCRDs installs the hub chart's Istio CRDs into a config
+// cluster started without them (FleetOptions.NoIstioCRDs).
+func (c *ConfigCluster) InstallIstioCRDs(ctx context.Context) error {
+	return installIstioCRDs(ctx, c.Cluster)
+}
+
 // ApplyIstio creates or replaces, in the config cluster, the Istio objects
 // of doc (YAML, one object or several separated by "---"), in order,
 // straight into the apiserver: no validation webhook runs there, as when

@@ -12,7 +12,8 @@ import (
 // Configz returns the /debug/configz document.
 func (w *Watcher) Configz() debugdoc.Configz {
 	w.mu.Lock()
-	doc := debugdoc.Configz{Synced: w.synced, Generation: w.gen, Objects: make([]debugdoc.ConfigzObject, 0, len(w.entries))}
+	doc := debugdoc.Configz{Synced: w.synced, Generation: w.gen, Objects: make([]debugdoc.ConfigzObject, 0, len(w.entries)),
+		AbsentKinds: slices.Sorted(slices.Values(w.absent))}
 	for k, e := range w.entries {
 		doc.Objects = append(doc.Objects, configzObject(k, e, w.lost[k]))
 	}

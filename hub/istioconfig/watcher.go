@@ -86,6 +86,17 @@ type Watcher struct {
 	lost   map[istioconfig.Key][]istioconfig.Shadowed
 	synced bool
 
+	// crds says, by kind, whether the config cluster has a CRD that
+	// serves it (onCRD); crdsChanged that the loop has not reconciled
+	// the watches with it yet; absent are the kinds not watched, for
+	// configz.
+	crds        map[string]bool
+	crdsChanged bool
+	absent      []string
+	// kinds are the watches of the kinds whose CRD is present; the loop's
+	// alone.
+	kinds map[string]*kindWatch
+
 	// patchedFrom is, per key, the resourceVersion the writer's last
 	// successful patch was made against, until the cache has moved past
 	// it. Owned by the writer goroutine.
@@ -117,6 +128,9 @@ func New(opts Options) (*Watcher, error) {
 		dirty:       map[istioconfig.Key]struct{}{},
 		entries:     map[istioconfig.Key]*entry{},
 		patchedFrom: map[istioconfig.Key]string{},
+		crds:        map[string]bool{},
+		kinds:       map[string]*kindWatch{},
+		absent:      slices.Clone(istioconfig.Kinds),
 	}
 	mapper := staticRESTMapper()
 	var err error
@@ -128,6 +142,9 @@ func New(opts Options) (*Watcher, error) {
 		DefaultUnsafeDisableDeepCopy: ptr.To(true),
 		DefaultWatchErrorHandler:     w.watchError,
 		ReaderFailOnMissingInformer:  true,
+		ByObject: map[client.Object]cache.ByObject{
+			crdObject(): {Transform: stripCRD},
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("istioconfig: cache: %w", err)
@@ -143,10 +160,19 @@ func New(opts Options) (*Watcher, error) {
 	return w, nil
 }
 
-// staticRESTMapper maps the watched kinds without discovery, so the
-// watcher starts whether or not the CRDs exist yet.
+// crdObject is an empty CustomResourceDefinition, to name the kind.
+func crdObject() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(crdGVK)
+	return u
+}
+
+// staticRESTMapper maps the watched kinds (and CRDs) without discovery,
+// so the watcher starts whether or not the CRDs exist yet.
 func staticRESTMapper() meta.RESTMapper {
 	m := meta.NewDefaultRESTMapper(nil)
+	m.AddSpecific(crdGVK, crdGVK.GroupVersion().WithResource("customresourcedefinitions"),
+		crdGVK.GroupVersion().WithResource("customresourcedefinition"), meta.RESTScopeRoot)
 	for _, k := range istioconfig.Kinds {
 		gv := gvk(k).GroupVersion()
 		m.AddSpecific(gvk(k), gv.WithResource(validate.Resources[k]), gv.WithResource(strings.ToLower(k)), meta.RESTScopeNamespace)
@@ -171,8 +197,9 @@ func (w *Watcher) watchError(ctx context.Context, r *toolscache.Reflector, err e
 	if ctx.Err() != nil || errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 		return
 	}
-	// A missing CRD is the common cause: say so; the informer retries.
-	w.log.Error(err, "watching Istio config failed; retrying (are the networking.istio.io and security.istio.io CRDs installed?)", "reflector", r.TypeDescription())
+	// Kinds are watched only while their CRD exists; a CRD removed under
+	// a running watch fails it until the loop stops it.
+	w.log.Error(err, "watching Istio config failed; retrying", "reflector", r.TypeDescription())
 }
 
 // RecheckStatus makes the watcher compare every object's status again,
@@ -228,23 +255,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.statusQ.ShutDown()
 		wg.Wait()
 	}()
-	var synced []toolscache.InformerSynced
-	for _, kind := range istioconfig.Kinds {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(gvk(kind))
-		inf, err := w.cache.GetInformer(ctx, u, cache.BlockUntilSynced(false))
-		if err != nil {
-			return fmt.Errorf("istioconfig: informer of %s: %w", kind, err)
-		}
-		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { w.markDirty(kind, o) },
-			UpdateFunc: func(_, o any) { w.markDirty(kind, o) },
-			DeleteFunc: func(o any) { w.markDirty(kind, o) },
-		})
-		if err != nil {
-			return fmt.Errorf("istioconfig: watching %s: %w", kind, err)
-		}
-		synced = append(synced, reg.HasSynced)
+	crdsSynced, err := w.watchCRDs(ctx)
+	if err != nil {
+		return err
 	}
 	cacheErr := make(chan error, 1)
 	wg.Go(func() { cacheErr <- w.cache.Start(ctx) })
@@ -252,17 +265,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 		for w.writeNext(ctx) {
 		}
 	})
-	// Every object present at start has been marked dirty once the
-	// handlers have synced: the first round sees them all.
-	listed := make(chan bool, 1)
-	wg.Go(func() { listed <- toolscache.WaitForCacheSync(ctx.Done(), synced...) })
-	select {
-	case err := <-cacheErr:
-		return cacheFailed(err)
-	case ok := <-listed:
-		if !ok {
-			return nil // ctx ended first
-		}
+	// First which kinds exist, then every object of those: all present
+	// at start have been marked dirty once the handlers have synced, so
+	// the first round sees them all. A kind without its CRD counts as
+	// listed (and empty).
+	if ok, err := w.waitSynced(ctx, cacheErr, crdsSynced); !ok {
+		return err
+	}
+	synced, err := w.reconcileKinds(ctx)
+	if err != nil {
+		return err
+	}
+	if ok, err := w.waitSynced(ctx, cacheErr, synced...); !ok {
+		return err
 	}
 	w.round(ctx, true)
 	for {
@@ -272,8 +287,34 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case err := <-cacheErr:
 			return cacheFailed(err)
 		case <-w.wake:
+			w.mu.Lock()
+			reconcile := w.crdsChanged
+			w.mu.Unlock()
+			if reconcile {
+				// A watch started here lists in the background: its
+				// objects arrive as changes, and the loop does not wait.
+				if _, err := w.reconcileKinds(ctx); err != nil {
+					return err
+				}
+			}
 			w.round(ctx, false)
 		}
+	}
+}
+
+// waitSynced waits for synced, or for the cache to fail or ctx to end:
+// then it reports false, with the cache's error.
+func (w *Watcher) waitSynced(ctx context.Context, cacheErr <-chan error, synced ...toolscache.InformerSynced) (bool, error) {
+	if len(synced) == 0 {
+		return true, nil
+	}
+	listed := make(chan bool, 1)
+	go func() { listed <- toolscache.WaitForCacheSync(ctx.Done(), synced...) }()
+	select {
+	case err := <-cacheErr:
+		return false, cacheFailed(err)
+	case ok := <-listed:
+		return ok, nil
 	}
 }
 
@@ -362,6 +403,9 @@ func appliedOf(e *entry) istioconfig.Object {
 // object is gone. An object at the generation already held keeps its
 // entry (and its object's pointer) with only the status seen updated.
 func (w *Watcher) read(ctx context.Context, k istioconfig.Key) (*entry, error) {
+	if _, watched := w.kinds[k.Kind]; !watched {
+		return nil, nil // its CRD is gone: so are its objects
+	}
 	u, err := w.get(ctx, w.cache, k)
 	if apierrors.IsNotFound(err) {
 		return nil, nil

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -438,27 +440,56 @@ func (f *fixture) configz() debugdoc.Configz {
 	return doc
 }
 
-// TestWatcherBeforeCRDs: a watcher started before the CRDs exist (the
-// static mapper asks no discovery) lists once they are installed, and only
-// then publishes its first snapshot.
+// TestWatcherBeforeCRDs: a config cluster without the CRDs is an empty
+// configuration, not a hang (istiod's delayed informers): the watcher
+// publishes an empty snapshot at once and says in configz which kinds are
+// absent; once the CRDs are installed their objects apply without a
+// restart; a CRD deleted drops its kind's objects.
 func TestWatcherBeforeCRDs(t *testing.T) {
 	cfg := testutil.StartAPIServer(t, &envtest.Environment{})
 	f := &fixture{t: t, c: newClient(t, cfg)}
 	f.start(cfg, nil)
-	testutil.Consistently(t, 300*time.Millisecond, 50*time.Millisecond, func() error {
-		if f.w.Synced() {
-			return fmt.Errorf("synced without CRDs")
+	testutil.Eventually(t, timeout, poll, func() error {
+		if !f.w.Synced() {
+			return fmt.Errorf("not synced without CRDs")
 		}
 		return nil
 	})
+	if got := f.configz().AbsentKinds; !slices.Equal(got, slices.Sorted(slices.Values(istioconfig.Kinds))) {
+		t.Errorf("absent kinds %v, want every kind", got)
+	}
 
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{crdDir}, ErrorIfPathMissing: true}); err != nil {
+	crds, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{crdDir}, ErrorIfPathMissing: true})
+	if err != nil {
 		t.Fatal(err)
 	}
 	f.create(virtualService("reviews", []any{"reviews"}, []any{route("reviews", nil)}))
 	testutil.Eventually(t, timeout, poll, func() error {
 		if s, _ := f.snapshot(); s.Host(reviews).VirtualService == nil {
 			return fmt.Errorf("reviews not applied")
+		}
+		return nil
+	})
+	if got := f.configz().AbsentKinds; len(got) != 0 {
+		t.Errorf("absent kinds %v after the CRDs were installed", got)
+	}
+
+	// The VirtualService CRD deleted: its objects go, the kind is absent.
+	if len(crds) == 0 {
+		t.Fatal("no CRD installed")
+	}
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	crd.SetName("virtualservices.networking.istio.io")
+	if err := f.c.Delete(t.Context(), crd); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, timeout, poll, func() error {
+		if s, _ := f.snapshot(); s.Host(reviews).VirtualService != nil {
+			return fmt.Errorf("reviews still applied after its CRD was deleted")
+		}
+		if got := f.configz().AbsentKinds; !slices.Equal(got, []string{"VirtualService"}) {
+			return fmt.Errorf("absent kinds %v, want [VirtualService]", got)
 		}
 		return nil
 	})

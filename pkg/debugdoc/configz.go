@@ -19,8 +19,12 @@ const (
 // Configz is the document of /debug/configz: every Istio config object the
 // replica holds, with what it does with it (hub/istioconfig builds it).
 type Configz struct {
-	// Synced is false until both kinds have listed once.
+	// Synced is false until every kind whose CRD exists has listed once.
 	Synced bool `json:"synced"`
+	// AbsentKinds are the kinds the config cluster has no CRD for (or
+	// whose CRD does not serve v1): read as empty, watched once their CRD
+	// appears.
+	AbsentKinds []string `json:"absentKinds,omitempty"`
 	// Generation counts the snapshots published (1 for the first): it
 	// grows with each change of an applied object.
 	Generation uint64 `json:"generation"`
