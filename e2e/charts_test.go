@@ -360,7 +360,7 @@ func TestSpokeChartDefaults(t *testing.T) {
 	if *vw.ClientConfig.Service.Path != "/validate" || len(vw.Rules) != 2 ||
 		!slices.Equal(vw.Rules[0].APIGroups, []string{"networking.istio.io"}) ||
 		!slices.Equal(vw.Rules[0].APIVersions, []string{"v1", "v1beta1", "v1alpha3"}) ||
-		!slices.Equal(vw.Rules[0].Resources, []string{"virtualservices", "destinationrules", "serviceentries", "sidecars"}) ||
+		!slices.Equal(vw.Rules[0].Resources, []string{"virtualservices", "destinationrules", "serviceentries", "sidecars", "gateways"}) ||
 		!slices.Equal(vw.Rules[1].APIGroups, []string{"security.istio.io"}) ||
 		!slices.Equal(vw.Rules[1].APIVersions, []string{"v1", "v1beta1"}) ||
 		!slices.Equal(vw.Rules[1].Resources, []string{"peerauthentications", "authorizationpolicies"}) {
@@ -380,7 +380,7 @@ func TestSpokeChartDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("injection ConfigMap: %v", err)
 	}
-	if got := cfg.Templates(); !slices.Equal(got, []string{"grpc-agent", "sidecar"}) {
+	if got := cfg.Templates(); !slices.Equal(got, []string{"gateway", "grpc-agent", "sidecar"}) {
 		t.Errorf("templates %v", got)
 	}
 	var file inject.ConfigFile
@@ -481,13 +481,57 @@ func TestSpokeChartOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(cfg.Templates(), []string{"custom", "grpc-agent", "sidecar"}) || !slices.Equal(cfg.DefaultTemplates(), []string{"grpc-agent"}) {
+	if !slices.Equal(cfg.Templates(), []string{"custom", "gateway", "grpc-agent", "sidecar"}) || !slices.Equal(cfg.DefaultTemplates(), []string{"grpc-agent"}) {
 		t.Errorf("templates %v defaults %v", cfg.Templates(), cfg.DefaultTemplates())
 	}
 	var values map[string]any
 	_ = json.Unmarshal([]byte(cm.Data[inject.ValuesKey]), &values)
 	if values["clusterID"] != "overridden" || values["network"] != "net-7" || values["caAddress"] != "ca.example.com:8443" || values["flavour"] != "plain" {
 		t.Errorf("values %v", values)
+	}
+}
+
+// TestSpokeChartGateways: a gateway of the chart is what Istio's gateway
+// chart deploys (a Deployment of one istio-proxy container, image "auto",
+// that the gateway template injects; its Service and ServiceAccount), and
+// the hub's reader may read Secrets in the gateway's namespace only.
+func TestSpokeChartGateways(t *testing.T) {
+	const ns = "istio-system"
+	r := mustRender(t, spokeChartDir, ns, map[string]any{
+		"gateways": []any{map[string]any{
+			"name": "ingress", "namespace": "istio-ingress", "replicas": 2,
+			"labels":  map[string]any{"istio": "ingressgateway"},
+			"service": map[string]any{"ports": []any{map[string]any{"name": "http2", "port": 80, "targetPort": 8080}}},
+		}},
+	})
+	noWildcards(t, r)
+	var dep appsv1.Deployment
+	r.get(t, "Deployment", "istio-ingress", "ingress", &dep)
+	pod := dep.Spec.Template
+	if *dep.Spec.Replicas != 2 || pod.Annotations[inject.AnnotationTemplates] != inject.TemplateGateway ||
+		pod.Labels["istio"] != "ingressgateway" || pod.Labels["sidecar.istio.io/inject"] != "true" ||
+		len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != "istio-proxy" || pod.Spec.Containers[0].Image != "auto" ||
+		pod.Spec.ServiceAccountName != "ingress" || pod.Spec.Containers[0].Ports[0].ContainerPort != 8080 {
+		t.Errorf("gateway Deployment %+v", dep.Spec)
+	}
+	var svc corev1.Service
+	r.get(t, "Service", "istio-ingress", "ingress", &svc)
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.Selector["istio"] != "ingressgateway" ||
+		len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 80 || svc.Spec.Ports[0].TargetPort.IntValue() != 8080 {
+		t.Errorf("gateway Service %+v", svc.Spec)
+	}
+	var sa corev1.ServiceAccount
+	r.get(t, "ServiceAccount", "istio-ingress", "ingress", &sa)
+	var role rbacv1.Role
+	r.get(t, "Role", "istio-ingress", "ingress-credentials", &role)
+	if len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"secrets"}) ||
+		!slices.Equal(role.Rules[0].Verbs, []string{"get", "list", "watch"}) {
+		t.Errorf("credentials Role %+v", role.Rules)
+	}
+	var rb rbacv1.RoleBinding
+	r.get(t, "RoleBinding", "istio-ingress", "ingress-credentials", &rb)
+	if len(rb.Subjects) != 1 || rb.Subjects[0].Name != "meshfed-reader" || rb.Subjects[0].Namespace != ns {
+		t.Errorf("credentials RoleBinding subjects %+v", rb.Subjects)
 	}
 }
 
@@ -513,6 +557,11 @@ func TestHubChart(t *testing.T) {
 		`"networking.istio.io" virtualservices/status patch`, `"networking.istio.io" destinationrules/status patch`,
 		`"networking.istio.io" sidecars get`, `"networking.istio.io" sidecars list`, `"networking.istio.io" sidecars watch`,
 		`"networking.istio.io" sidecars/status patch`,
+		`"networking.istio.io" gateways get`, `"networking.istio.io" gateways list`, `"networking.istio.io" gateways watch`,
+		`"networking.istio.io" gateways/status patch`,
+		// Which kinds exist (a kind without its CRD is read as empty).
+		`"apiextensions.k8s.io" customresourcedefinitions get`, `"apiextensions.k8s.io" customresourcedefinitions list`,
+		`"apiextensions.k8s.io" customresourcedefinitions watch`,
 		`"networking.istio.io" serviceentries get`, `"networking.istio.io" serviceentries list`, `"networking.istio.io" serviceentries watch`,
 		`"networking.istio.io" serviceentries/status patch`,
 		`"security.istio.io" peerauthentications get`, `"security.istio.io" peerauthentications list`, `"security.istio.io" peerauthentications watch`,

@@ -10,11 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -174,6 +176,14 @@ func TestHelmCLI(t *testing.T) {
 				"clusterID":                  "cluster-1",
 				"network":                    "network-1",
 				"hub.discoveryAddress":       "hub.example.com:15010",
+				// A gateway, as Istio's gateway chart deploys one.
+				"gateways[0].name":                  "istio-ingressgateway",
+				"gateways[0].labels.istio":          "ingressgateway",
+				"gateways[0].service.ports[0].name": "http2",
+				"gateways[0].service.ports[0].port": "80",
+				"gateways[0].service.ports[1].name": "https",
+				"gateways[0].service.ports[1].port": "443",
+				"gateways[0].service.type":          "ClusterIP",
 			},
 			upgradeKey: "clusterID", upgradeValue: "cluster-7",
 			upgraded: func(t *testing.T, c client.Client) {
@@ -365,31 +375,34 @@ func objKey(u *unstructured.Unstructured) string {
 // nestValues turns --set style dotted keys into the nested values they set.
 func nestValues(set map[string]string) map[string]any {
 	out := map[string]any{}
-	for k, v := range set {
-		m := out
-		parts := strings.Split(k, ".")
-		for _, p := range parts[:len(parts)-1] {
-			next, ok := m[p].(map[string]any)
-			if !ok {
-				next = map[string]any{}
-				m[p] = next
-			}
-			m = next
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		// What --set does: typed values, list indexes.
+		if err := strvals.ParseInto(k+"="+set[k], out); err != nil {
+			panic(fmt.Sprintf("--set %s=%s: %v", k, set[k], err))
 		}
-		m[parts[len(parts)-1]] = v
 	}
 	return out
 }
 
-// dotted reads the dotted key k of nested values, as a string.
+// dotted reads the dotted key k of nested values (list items as
+// name[i]), as a string.
 func dotted(values map[string]any, k string) string {
 	var cur any = values
 	for p := range strings.SplitSeq(k, ".") {
+		key, index, listed := strings.Cut(strings.TrimSuffix(p, "]"), "[")
 		m, ok := cur.(map[string]any)
 		if !ok {
 			return ""
 		}
-		cur = m[p]
+		cur = m[key]
+		if listed {
+			l, _ := cur.([]any)
+			i, err := strconv.Atoi(index)
+			if err != nil || i >= len(l) {
+				return ""
+			}
+			cur = l[i]
+		}
 	}
 	if cur == nil {
 		return ""
