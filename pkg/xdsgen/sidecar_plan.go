@@ -151,7 +151,7 @@ func (p *SidecarPlanner) Adopt(id string, n SidecarNode, written map[string]map[
 	if stale {
 		st := node.state(services, IndexPods(services), cfg)
 		setsChanged = p.moveSet(node.Proxy.RouteSet(), st.routeSet()) || setsChanged
-		p.replan(id, node, st, services, cfg, &out)
+		p.replan(id, node, st, services, cfg, node.Proxy.Types(), &out)
 	}
 	if setsChanged || first {
 		ch := Replace(p.routes, byName(p.allRoutes(services, cfg)))
@@ -186,8 +186,8 @@ func (p *SidecarPlanner) Remove(id string, services []*model.MergedService, cfg 
 // whose policy, Sidecar scope or route class changed, are regenerated; a
 // VirtualService change regenerates the shared routes (and the listeners
 // of the nodes whose route set it changes, which name their set's
-// routes) and the routers; a change of a router's Gateways or of the
-// VirtualServices bound to them regenerates that router; otherwise every node's listeners and clusters are, from all
+// routes); a change of a router's Gateways or of the VirtualServices bound
+// to them regenerates that router's listeners and routes; otherwise every node's listeners and clusters are, from all
 // services, and the shared routes. Shapes are recorded whether or not a
 // node is held.
 func (p *SidecarPlanner) Plan(updates []ServiceUpdate, services []*model.MergedService, cfg *istioconfig.Snapshot, securityChanged bool) SidecarPlan {
@@ -208,7 +208,7 @@ func (p *SidecarPlanner) Plan(updates []ServiceUpdate, services []*model.MergedS
 	setsChanged := false
 	for id, n := range p.nodes {
 		st := n.state(services, pods, cfg)
-		if !r.nodes && !(r.routes && n.Proxy.Router) && n.same(st) {
+		if !r.nodes && n.same(st) {
 			continue
 		}
 		setsChanged = p.moveSet(n.Proxy.RouteSet(), st.routeSet()) || setsChanged
@@ -220,17 +220,27 @@ func (p *SidecarPlanner) Plan(updates []ServiceUpdate, services []*model.MergedS
 		out.Routes.Upsert, out.RoutesGone = ch.Upsert, ch.Delete
 	}
 	for _, rp := range replans {
-		p.replan(rp.id, rp.n, rp.st, services, cfg, &out)
+		types := rp.n.Proxy.Types()
+		if rp.n.Proxy.Router && !r.nodes {
+			// Only its Gateways or their VirtualServices changed: its
+			// clusters (every service's) are as they were.
+			types = routerConfigTypes
+		}
+		p.replan(rp.id, rp.n, rp.st, services, cfg, types, &out)
 	}
 	return out
 }
 
-// replan regenerates node id in state st from services under cfg, and
-// adds the changes of its caches to out.
-func (p *SidecarPlanner) replan(id string, n *SidecarNode, st sidecarState, services []*model.MergedService, cfg *istioconfig.Snapshot, out *SidecarPlan) {
+// routerConfigTypes are what a router's Gateways and the VirtualServices
+// bound to them decide.
+var routerConfigTypes = []string{resourcev3.ListenerType, resourcev3.RouteType}
+
+// replan regenerates node id's resources of types in state st from
+// services under cfg, and adds the changes of its caches to out.
+func (p *SidecarPlanner) replan(id string, n *SidecarNode, st sidecarState, services []*model.MergedService, cfg *istioconfig.Snapshot, types []string, out *SidecarPlan) {
 	n.apply(st)
 	n.replans++
-	for _, t := range n.Proxy.Types() {
+	for _, t := range types {
 		ch := Replace(n.written[t], byName(sidecarResources(t, services, cfg, n.Proxy, p.opts)))
 		if ch.Empty() {
 			continue
