@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
@@ -173,6 +175,22 @@ func TestIngressGatewayHTTP(t *testing.T) {
 		}
 		return nil
 	})
+
+	// meshfedctl explain works for a gateway as for a sidecar: the
+	// backend in cluster-2, sent (priority 0: the only cluster with one).
+	out, err := framework.Meshfedctl(t, "explain", "--monitoring", hub.MonitoringURL(), "-o", "json",
+		gw.Name()+"."+ingressNamespace, fmt.Sprintf("echo.demo:%d", echoPortHTTP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var x debugdoc.Explainz
+	if err := json.Unmarshal([]byte(out), &x); err != nil {
+		t.Fatalf("explain: %v: %s", err, out)
+	}
+	if x.Proxy != gw.NodeID() || x.Cluster != "cluster-1" || len(x.Endpoints) != 1 || !x.Endpoints[0].Sent ||
+		x.Endpoints[0].Cluster != "cluster-2" {
+		t.Errorf("explain of the gateway: %s", out)
+	}
 
 	// The VirtualService deleted: its host is unknown again.
 	if err := f.Config().DeleteIstio(ctx, "VirtualService", "demo", "echo-ingress"); err != nil {
