@@ -15,7 +15,9 @@ func (w *Watcher) Configz() debugdoc.Configz {
 	doc := debugdoc.Configz{Synced: w.synced, Generation: w.gen, Objects: make([]debugdoc.ConfigzObject, 0, len(w.entries)),
 		AbsentKinds: slices.Sorted(slices.Values(w.absent))}
 	for k, e := range w.entries {
-		doc.Objects = append(doc.Objects, configzObject(k, e, w.lost[k]))
+		o := configzObject(k, e, w.lost[k])
+		o.Warnings = w.warnings[k]
+		doc.Objects = append(doc.Objects, o)
 	}
 	w.mu.Unlock()
 	slices.SortFunc(doc.Objects, func(a, b debugdoc.ConfigzObject) int {

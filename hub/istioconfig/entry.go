@@ -158,8 +158,10 @@ func (e *entry) state(lost []istioconfig.Shadowed) State {
 	return StateApplied
 }
 
-// desired is the Reconciled condition e should carry.
-func (e *entry) desired(lost []istioconfig.Shadowed) condition {
+// desired is the Reconciled condition e should carry: an applied object
+// with warnings (what is wrong between it and others) is Accepted with
+// them as the message.
+func (e *entry) desired(lost []istioconfig.Shadowed, warnings []string) condition {
 	c := condition{ObservedGeneration: e.meta.Generation}
 	switch e.state(lost) {
 	case StateRejected:
@@ -167,7 +169,7 @@ func (e *entry) desired(lost []istioconfig.Shadowed) condition {
 	case StateShadowed:
 		c.Status, c.Reason, c.Message = "False", ReasonShadowed, joinBounded(shadowStrings(lost))
 	default:
-		c.Status, c.Reason = "True", ReasonAccepted
+		c.Status, c.Reason, c.Message = "True", ReasonAccepted, joinBounded(warnings)
 	}
 	return c
 }

@@ -82,22 +82,25 @@ func TestDesired(t *testing.T) {
 	lost := []istioconfig.Shadowed{{Host: "reviews.demo.svc.cluster.local",
 		By: istioconfig.Key{Kind: "VirtualService", Namespace: "demo", Name: "old"}}}
 	for _, tc := range []struct {
-		name  string
-		e     *entry
-		lost  []istioconfig.Shadowed
-		state State
-		want  condition
+		name     string
+		e        *entry
+		lost     []istioconfig.Shadowed
+		warnings []string
+		state    State
+		want     condition
 	}{
-		{"rejected", rejected, nil, StateRejected,
+		{"rejected", rejected, nil, nil, StateRejected,
 			condition{"False", ReasonConditionInvalid, "spec.a: required; spec.b: bad", 4}},
-		{"applied", applied, nil, StateApplied, condition{"True", ReasonAccepted, "", 2}},
-		{"shadowed", applied, lost, StateShadowed, condition{"False", ReasonShadowed,
+		{"applied", applied, nil, nil, StateApplied, condition{"True", ReasonAccepted, "", 2}},
+		{"applied with warnings", applied, nil, []string{"spec.gateways[0]: x", "spec.gateways[1]: y"}, StateApplied,
+			condition{"True", ReasonAccepted, "spec.gateways[0]: x; spec.gateways[1]: y", 2}},
+		{"shadowed", applied, lost, nil, StateShadowed, condition{"False", ReasonShadowed,
 			"host reviews.demo.svc.cluster.local is held by VirtualService/demo/old, an older object", 2}},
 	} {
 		if s := tc.e.state(tc.lost); s != tc.state {
 			t.Errorf("%s: state %s, want %s", tc.name, s, tc.state)
 		}
-		if got := tc.e.desired(tc.lost); got != tc.want {
+		if got := tc.e.desired(tc.lost, tc.warnings); got != tc.want {
 			t.Errorf("%s: desired %+v, want %+v", tc.name, got, tc.want)
 		}
 	}

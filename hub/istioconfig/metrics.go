@@ -18,6 +18,7 @@ type metrics struct {
 	rejected *prometheus.CounterVec
 	objects  *prometheus.GaugeVec
 	writes   *prometheus.CounterVec
+	warned   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,13 +31,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "meshfed_config_objects",
 			Help: "Istio config objects held, by kind and state (applied, rejected, shadowed).",
 		}, []string{"kind", "state"}),
+		warned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshfed_config_objects_with_warnings",
+			Help: "Applied Istio config objects with warnings (what is wrong between them and other objects: a VirtualService naming a missing Gateway, a Gateway server whose port another Gateway of the same proxies serves with another protocol), by kind.",
+		}, []string{"kind"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_config_status_writes_total",
 			Help: "Status writes of Istio config objects, by result (ok, conflict, error).",
 		}, []string{"result"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.rejected, m.objects, m.writes} {
+		for _, c := range []prometheus.Collector{m.rejected, m.objects, m.writes, m.warned} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -51,6 +56,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		for _, s := range States {
 			m.objects.WithLabelValues(k, string(s))
 		}
+		m.warned.WithLabelValues(k)
 	}
 	for _, r := range []string{WriteOK, WriteConflict, WriteError} {
 		m.writes.WithLabelValues(r)

@@ -40,13 +40,13 @@ func (w *Watcher) writeNext(ctx context.Context) bool {
 // unless it carries it already.
 func (w *Watcher) writeStatus(ctx context.Context, k istioconfig.Key) error {
 	w.mu.Lock()
-	e, lost := w.entries[k], w.lost[k]
+	e, lost, warnings := w.entries[k], w.lost[k], w.warnings[k]
 	w.mu.Unlock()
 	if e == nil {
 		delete(w.patchedFrom, k) // gone
 		return nil
 	}
-	want := e.desired(lost)
+	want := e.desired(lost, warnings)
 	u, err := w.get(ctx, w.cache, k)
 	if err == nil && w.patchedFrom[k] != "" {
 		if u.GetResourceVersion() == w.patchedFrom[k] {

@@ -81,10 +81,13 @@ type Watcher struct {
 	entries map[istioconfig.Key]*entry
 	// snap is the last snapshot published, gen its number (1 for the
 	// first), lost the hosts each object lost in it.
-	snap   *istioconfig.Snapshot
-	gen    uint64
-	lost   map[istioconfig.Key][]istioconfig.Shadowed
-	synced bool
+	snap *istioconfig.Snapshot
+	gen  uint64
+	lost map[istioconfig.Key][]istioconfig.Shadowed
+	// warnings are what is wrong between objects, in snap
+	// (istioconfig.Snapshot.Warnings).
+	warnings map[istioconfig.Key][]string
+	synced   bool
 
 	// crds says, by kind, whether the config cluster has a CRD that
 	// serves it (onCRD); crdsChanged that the loop has not reconciled
@@ -381,7 +384,7 @@ func (w *Watcher) round(ctx context.Context, first bool) {
 			lost[s.Lost] = append(lost[s.Lost], s)
 		}
 		w.mu.Lock()
-		w.snap, w.lost, w.synced = snap, lost, true
+		w.snap, w.lost, w.warnings, w.synced = snap, lost, snap.Warnings(), true
 		w.gen++
 		w.mu.Unlock()
 		if w.opts.OnChange != nil {
@@ -446,15 +449,22 @@ func (w *Watcher) queueStatus() {
 	var todo []due
 	states := map[istioconfig.Key]State{}
 	w.mu.Lock()
+	warned := map[string]int{}
 	for k, e := range w.entries {
 		lost := w.lost[k]
 		states[k] = e.state(lost)
-		if want := e.desired(lost); e.seen.needsWrite(want) {
+		if len(w.warnings[k]) > 0 {
+			warned[k.Kind]++
+		}
+		if want := e.desired(lost, w.warnings[k]); e.seen.needsWrite(want) {
 			todo = append(todo, due{k, e.seen, want})
 		}
 	}
 	w.mu.Unlock()
 	w.metrics.setObjects(states)
+	for _, kind := range istioconfig.Kinds {
+		w.metrics.warned.WithLabelValues(kind).Set(float64(warned[kind]))
+	}
 	for _, d := range todo {
 		if w.opts.WriteStatus(d.k) {
 			w.statusQ.Add(d.k)

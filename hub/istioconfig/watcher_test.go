@@ -500,3 +500,57 @@ func TestNewNeedsConfig(t *testing.T) {
 		t.Error("New without Config: no error")
 	}
 }
+
+// TestWatcherWarnings: a VirtualService naming a Gateway that does not
+// exist stays applied, and says so in its status, in /debug/configz and in
+// meshfed_config_objects_with_warnings; creating the Gateway clears it.
+func TestWatcherWarnings(t *testing.T) {
+	cfg := startAPIServer(t)
+	f := &fixture{t: t, c: newClient(t, cfg)}
+	vs := object("v1", "VirtualService", "edge", map[string]any{
+		"hosts":    []any{"edge.example.com"},
+		"gateways": []any{"public"},
+		"http":     []any{map[string]any{"route": []any{route("reviews", nil)}}},
+	})
+	f.create(vs)
+	f.start(cfg, nil)
+	testutil.Eventually(t, timeout, poll, f.reconciled("VirtualService", "edge", "True", hubconfig.ReasonAccepted,
+		"spec.gateways[0]: Gateway demo/public does not exist"))
+	doc := f.configz()
+	if len(doc.Objects) != 1 || len(doc.Objects[0].Warnings) != 1 || doc.Objects[0].State != debugdoc.ConfigApplied {
+		t.Errorf("configz %+v", doc.Objects)
+	}
+	warned := func(n int) error {
+		mfs, err := f.reg.Gather()
+		if err != nil {
+			return err
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "meshfed_config_objects_with_warnings" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == "VirtualService" {
+					if got := int(m.GetGauge().GetValue()); got != n {
+						return fmt.Errorf("VirtualServices with warnings: %d, want %d", got, n)
+					}
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no meshfed_config_objects_with_warnings{kind=VirtualService}")
+	}
+	if err := warned(1); err != nil {
+		t.Error(err)
+	}
+	f.create(object("v1", "Gateway", "public", map[string]any{
+		"selector": map[string]any{"istio": "ingressgateway"},
+		"servers":  []any{map[string]any{"port": map[string]any{"number": int64(80), "name": "http", "protocol": "HTTP"}, "hosts": []any{"*"}}},
+	}))
+	testutil.Eventually(t, timeout, poll, func() error {
+		if o := f.configz().Objects; len(o) != 2 || len(o[1].Warnings) != 0 {
+			return fmt.Errorf("configz %+v", o)
+		}
+		return warned(0)
+	})
+}

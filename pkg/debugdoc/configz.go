@@ -51,6 +51,12 @@ type ConfigzObject struct {
 	// Notes say what of an applied object a proxy kind does not get, and
 	// why: "<field>: <reason> (<proxy kind>)".
 	Notes []string `json:"notes,omitempty"`
+	// Warnings say what is wrong between this object and others (a
+	// VirtualService naming a Gateway that does not exist, two Gateways
+	// of the same proxies serving a port with different protocols):
+	// "<field>: <what>". The object stays applied; its status condition
+	// carries them as its message.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ConfigzError is one field's problem.

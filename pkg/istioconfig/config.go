@@ -103,6 +103,7 @@ type Snapshot struct {
 	security      securityIndex
 	sidecars      sidecarIndex
 	gateways      gatewayIndex
+	warnings      map[Key][]string
 	entries       entryIndex
 	sources       []sourceRule // conditions on clients (RouteClass)
 	shadowed      []Shadowed
@@ -139,6 +140,7 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 	}
 	s.security.sort()
 	s.gateways.sort()
+	s.warnings = gatewayWarnings(&s.gateways, s.objects)
 	s.sidecars.sort()
 	// Who wins a host does not depend on the order of the claims (the
 	// oldest does), so the objects need no sorting; the losers are known

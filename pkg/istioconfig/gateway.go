@@ -1,6 +1,8 @@
 package istioconfig
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -160,4 +162,95 @@ func HostIntersection(a, b string) (string, bool) {
 		return a, true
 	}
 	return "", false
+}
+
+// gatewayWarnings are what is wrong between Gateways and the
+// VirtualServices bound to them, by object: a VirtualService naming a
+// Gateway that does not exist; a server whose port another Gateway of the
+// same proxies (equal selectors, or an empty one) serves with another
+// protocol class, which the older Gateway keeps.
+func gatewayWarnings(x *gatewayIndex, objects map[Key]Object) map[Key][]string {
+	out := map[Key][]string{}
+	for _, o := range objects {
+		vs, ok := o.(*VirtualService)
+		if !ok {
+			continue
+		}
+		for i, name := range vs.Spec.GetGateways() {
+			k, ok := GatewayKey(name, vs.Namespace)
+			if !ok {
+				continue
+			}
+			if _, exists := objects[k]; !exists {
+				out[vs.Key] = append(out[vs.Key], fmt.Sprintf("spec.gateways[%d]: Gateway %s/%s does not exist: no gateway gets these routes through it", i, k.Namespace, k.Name))
+			}
+		}
+	}
+	type claim struct {
+		gw    *Gateway
+		index int
+		class ServerClass
+	}
+	for i, a := range x.all { // oldest first: a keeps its ports
+		for _, b := range x.all[i+1:] {
+			if !sameProxies(a.Spec.GetSelector(), b.Spec.GetSelector()) {
+				continue
+			}
+			ports := map[uint32]claim{}
+			for j, srv := range a.Spec.GetServers() {
+				if _, taken := ports[srv.GetPort().GetNumber()]; !taken {
+					ports[srv.GetPort().GetNumber()] = claim{a, j, ClassOf(srv)}
+				}
+			}
+			for j, srv := range b.Spec.GetServers() {
+				c, taken := ports[srv.GetPort().GetNumber()]
+				if taken && c.class != ClassOf(srv) {
+					out[b.Key] = append(out[b.Key], fmt.Sprintf("spec.servers[%d]: port %d is served by Gateway %s/%s (servers[%d], %s) to the same gateway proxies; this server is left out there",
+						j, srv.GetPort().GetNumber(), c.gw.Namespace, c.gw.Name, c.index, c.class))
+				}
+			}
+		}
+	}
+	for k := range out {
+		slices.Sort(out[k])
+	}
+	return out
+}
+
+// sameProxies reports whether Gateways of selectors a and b both select
+// some proxy for sure: equal selectors, or an empty one (every proxy).
+func sameProxies(a, b map[string]string) bool {
+	return len(a) == 0 || len(b) == 0 || maps.Equal(a, b)
+}
+
+// ServerClass is what a server's listener does; servers of one class
+// share a port.
+type ServerClass string
+
+// Server classes.
+const (
+	ClassHTTP ServerClass = "plaintext HTTP" // HTTP, HTTP2, GRPC, GRPC-WEB
+	ClassTLS  ServerClass = "TLS"            // HTTPS and TLS: terminated or passed through
+	ClassTCP  ServerClass = "TCP"            // every other protocol
+)
+
+// ClassOf returns srv's class, by its port's protocol.
+func ClassOf(srv *networking.Server) ServerClass {
+	switch strings.ToUpper(srv.GetPort().GetProtocol()) {
+	case "HTTP", "HTTP2", "GRPC", "GRPC-WEB":
+		return ClassHTTP
+	case "HTTPS", "TLS":
+		return ClassTLS
+	}
+	return ClassTCP
+}
+
+// Warnings returns what is wrong between objects (not in any one of
+// them), by the object it is reported on, each sorted; see
+// gatewayWarnings. The map must not be modified.
+func (s *Snapshot) Warnings() map[Key][]string {
+	if s == nil {
+		return nil
+	}
+	return s.warnings
 }

@@ -2,6 +2,7 @@ package istioconfig_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +82,30 @@ func TestHostIntersection(t *testing.T) {
 		if got != tc.want || ok != (tc.want != "") {
 			t.Errorf("HostIntersection(%q, %q) = %q, %v; want %q", tc.a, tc.b, got, ok, tc.want)
 		}
+	}
+}
+
+// TestGatewayWarnings: what is wrong between Gateways and VirtualServices
+// is reported on the object at fault: a VirtualService naming a Gateway
+// that does not exist; the younger of two Gateways of the same proxies
+// serving one port with different protocols. Gateways of different
+// proxies may share a port.
+func TestGatewayWarnings(t *testing.T) {
+	old := gateway("ingress", "old", time.Hour, map[string]string{"istio": "ingressgateway"})
+	clash := gateway("ingress", "clash", 0, map[string]string{"istio": "ingressgateway"})
+	clash.Spec.Servers[0].Port.Protocol = "TCP"
+	elsewhere := gateway("ingress", "elsewhere", 0, map[string]string{"istio": "other"})
+	elsewhere.Spec.Servers[0].Port.Protocol = "TCP"
+	missing := vs("demo", "missing", 0, []string{"ingress/old", "nowhere", "mesh"}, "a.example.com")
+	s := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{old, clash, elsewhere, missing})
+	w := s.Warnings()
+	if got := w[missing.Key]; len(got) != 1 || !strings.HasPrefix(got[0], "spec.gateways[1]: Gateway demo/nowhere does not exist") {
+		t.Errorf("warnings of the VirtualService %q", got)
+	}
+	if got := w[clash.Key]; len(got) != 1 || !strings.Contains(got[0], "port 80 is served by Gateway ingress/old (servers[0], plaintext HTTP)") {
+		t.Errorf("warnings of the clashing Gateway %q", got)
+	}
+	if len(w[old.Key]) != 0 || len(w[elsewhere.Key]) != 0 {
+		t.Errorf("warnings %v of Gateways without a fault", w)
 	}
 }

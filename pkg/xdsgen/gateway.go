@@ -75,10 +75,10 @@ func (s gatewayServer) terminates() bool {
 }
 
 func (s gatewayServer) class() serverClass {
-	switch strings.ToUpper(s.srv.GetPort().GetProtocol()) {
-	case "HTTP", "HTTP2", "GRPC", "GRPC-WEB":
+	switch istioconfig.ClassOf(s.srv) {
+	case istioconfig.ClassHTTP:
 		return classHTTP
-	case "HTTPS", "TLS":
+	case istioconfig.ClassTLS:
 		switch s.tlsMode() {
 		case networking.ServerTLSSettings_AUTO_PASSTHROUGH, networking.ServerTLSSettings_ISTIO_MUTUAL:
 			return classUnsupported
