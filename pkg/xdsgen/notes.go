@@ -3,7 +3,6 @@ package xdsgen
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -32,8 +31,8 @@ func ConfigNotes(o istioconfig.Object, domainSuffix string) []RouteNote {
 		if !o.BoundToMesh() {
 			break
 		}
+		add(L4Notes(o))
 		for _, kind := range Kinds {
-			add(streamRuleNotes(kind, o))
 			cfg := istioconfig.HostConfig{VirtualService: o}
 			for _, h := range o.Spec.GetHosts() {
 				host := istioconfig.ResolveHost(h, o.Namespace, domainSuffix)
@@ -83,20 +82,6 @@ func gatewayRouteNotes(vs *istioconfig.VirtualService, domainSuffix string) []Ro
 		return out
 	}
 	return nil
-}
-
-// streamRuleNotes notes, for kind, the tcp[] and tls[] rules of vs, which
-// no generator applies yet.
-func streamRuleNotes(kind ProxyKind, vs *istioconfig.VirtualService) []RouteNote {
-	var out []RouteNote
-	for field, n := range map[string]int{"spec.tcp": len(vs.Spec.GetTcp()), "spec.tls": len(vs.Spec.GetTls())} {
-		if n > 0 {
-			out = append(out, RouteNote{Object: vs.Key, Kind: kind, Field: field,
-				Reason: "TCP and TLS routes are not generated yet: these rules do not apply"})
-		}
-	}
-	slices.SortFunc(out, func(a, b RouteNote) int { return strings.Compare(a.Field, b.Field) })
-	return out
 }
 
 // notePorts are the ports whose routes show every note of vs: those its

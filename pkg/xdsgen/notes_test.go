@@ -68,14 +68,18 @@ func TestConfigNotes(t *testing.T) {
 	}
 }
 
-// TestStreamRuleNotes: a VirtualService's tcp[] and tls[] rules, which no
-// generator applies yet, are noted for both proxy kinds.
+// TestStreamRuleNotes: a VirtualService's tcp[] and tls[] rules are noted
+// for proxyless gRPC (no TCP proxy), and for Envoy sidecars only their
+// matches on the client or destination subnets, which sidecars do not
+// evaluate.
 func TestStreamRuleNotes(t *testing.T) {
 	vs := &istioconfig.VirtualService{
 		Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: "VirtualService", Namespace: "demo", Name: "db"}},
 		Spec: &networking.VirtualService{Hosts: []string{"db"},
-			Tcp: []*networking.TCPRoute{{Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "db"}}}}},
-			Tls: []*networking.TLSRoute{{Match: []*networking.TLSMatchAttributes{{SniHosts: []string{"db"}}},
+			Tcp: []*networking.TCPRoute{{
+				Match: []*networking.L4MatchAttributes{{Port: 5432}, {SourceLabels: map[string]string{"app": "x"}}},
+				Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "db"}}}}},
+			Tls: []*networking.TLSRoute{{Match: []*networking.TLSMatchAttributes{{SniHosts: []string{"db"}, DestinationSubnets: []string{"10.0.0.0/8"}}},
 				Route: []*networking.RouteDestination{{Destination: &networking.Destination{Host: "db"}}}}},
 		},
 	}
@@ -84,8 +88,10 @@ func TestStreamRuleNotes(t *testing.T) {
 		got = append(got, n.Kind.String()+" "+n.Field)
 	}
 	want := []string{
-		ProxyGRPC.String() + " spec.tcp", ProxyGRPC.String() + " spec.tls",
-		ProxyEnvoy.String() + " spec.tcp", ProxyEnvoy.String() + " spec.tls",
+		ProxyGRPC.String() + " spec.tcp",
+		ProxyEnvoy.String() + " spec.tcp[0].match[1].sourceLabels",
+		ProxyGRPC.String() + " spec.tls",
+		ProxyEnvoy.String() + " spec.tls[0].match[0].destinationSubnets",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("notes\n  got  %q\n  want %q", got, want)

@@ -89,12 +89,19 @@ const (
 //
 // It is pure.
 func SidecarListeners(services []*model.MergedService, sc Sidecar, opts Options) []*listenerv3.Listener {
+	return SidecarListenersWith(services, nil, sc, opts)
+}
+
+// SidecarListenersWith is SidecarListeners under config: the outbound
+// listener of a non-HTTP port follows the tcp[] and tls[] rules of its
+// service's VirtualService (sidecar_l4.go). It is pure.
+func SidecarListenersWith(services []*model.MergedService, config *istioconfig.Snapshot, sc Sidecar, opts Options) []*listenerv3.Listener {
 	var out []*listenerv3.Listener
 	for _, p := range outboundPorts(ScopedServices(services, sc)) {
 		if sc.bindsPorts() && sc.serves(p.port) {
 			continue
 		}
-		out = append(out, outboundListener(p, sc))
+		out = append(out, outboundListener(p, config, sc))
 	}
 	out = append(out, inboundListeners(sc, opts)...)
 	if !sc.bindsPorts() {
@@ -105,7 +112,7 @@ func SidecarListeners(services []*model.MergedService, sc Sidecar, opts Options)
 }
 
 // outboundListener is the listener of one service port number.
-func outboundListener(p outboundPort, sc Sidecar) *listenerv3.Listener {
+func outboundListener(p outboundPort, config *istioconfig.Snapshot, sc Sidecar) *listenerv3.Listener {
 	bind := wildcard
 	if sc.bindsPorts() {
 		bind = localhost
@@ -122,14 +129,20 @@ func outboundListener(p outboundPort, sc Sidecar) *listenerv3.Listener {
 		}}
 		filter = networkFilter(filterHCM, hcm)
 	} else {
-		t := p.tcpTarget()
-		filter = tcpProxy(ClusterName(t.svc.Hostname, t.port.Port))
+		filter = sidecarTCPFilter(p.tcpTarget(), config)
 	}
 	l := &listenerv3.Listener{
 		Name:             name,
 		Address:          socketAddress(bind, p.port),
 		FilterChains:     []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{filter}}},
 		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+	}
+	if !p.isHTTP() {
+		if chains := sidecarTLSChains(p.tcpTarget(), config); len(chains) > 0 {
+			// By SNI first; other names (and plaintext) take the default.
+			l.ListenerFilters = []*listenerv3.ListenerFilter{tlsInspector()}
+			l.FilterChains = append(chains, l.FilterChains...)
+		}
 	}
 	if !sc.bindsPorts() {
 		l.BindToPort = wrapperspb.Bool(false)

@@ -298,8 +298,9 @@ type reshape struct {
 	// VirtualService, or a DestinationRule's hash policy changed).
 	routes bool
 	// nodes: every node's listeners and clusters (a service's definition
-	// or service accounts, or a DestinationRule, changed). A
-	// VirtualService alone leaves them as they are.
+	// or service accounts, or a DestinationRule, changed, or a
+	// VirtualService with tcp[] or tls[] rules). A VirtualService of HTTP
+	// rules alone leaves them as they are.
 	nodes bool
 }
 
@@ -322,6 +323,8 @@ func (p *SidecarPlanner) reshape(updates []ServiceUpdate, cfg *istioconfig.Snaps
 			r = reshape{routes: true, nodes: true}
 		case old.cfg.VirtualService != sh.cfg.VirtualService:
 			r.routes = true
+			// tcp[] and tls[] rules shape the listeners.
+			r.nodes = r.nodes || hasL4(old.cfg.VirtualService) || hasL4(sh.cfg.VirtualService)
 		}
 		p.shapes[u.Hostname] = sh
 	}
@@ -423,7 +426,7 @@ func sidecarResources(typeURL string, services []*model.MergedService, cfg *isti
 	var out []types.Resource
 	switch typeURL {
 	case resourcev3.ListenerType:
-		for _, l := range SidecarListeners(services, sc, opts) {
+		for _, l := range SidecarListenersWith(services, cfg, sc, opts) {
 			out = append(out, l)
 		}
 	case resourcev3.ClusterType:
