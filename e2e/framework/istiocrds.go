@@ -98,8 +98,10 @@ func (c *ConfigCluster) applyIstio(ctx context.Context, doc []byte) error {
 	if err := yaml.Unmarshal(doc, &u.Object); err != nil {
 		return fmt.Errorf("framework: Istio object: %w", err)
 	}
-	if err := c.EnsureNamespace(ctx, u.GetNamespace()); err != nil {
-		return err
+	if ns := u.GetNamespace(); ns != "" { // cluster-scoped kinds have none
+		if err := c.EnsureNamespace(ctx, ns); err != nil {
+			return err
+		}
 	}
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(u.GroupVersionKind())

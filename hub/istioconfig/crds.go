@@ -16,7 +16,7 @@ import (
 
 // Kinds whose CRD is absent, as istiod's delayed informers treat them: a
 // kind counts as read and empty while the config cluster has no CRD that
-// serves it (established, with Version served), so readiness never waits
+// serves it (established, with the watched version served), so readiness never waits
 // for it; its watch starts when the CRD appears and stops, its objects
 // dropped, when the CRD goes. The CRDs are watched (cluster-wide get,
 // list and watch of customresourcedefinitions), stripped to what decides
@@ -39,8 +39,8 @@ func kindOfCRD(name string) string {
 }
 
 // servesWatched reports whether the CRD u is established and serves
-// Version.
-func servesWatched(u *unstructured.Unstructured) bool {
+// version.
+func servesWatched(u *unstructured.Unstructured, version string) bool {
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	established := false
 	for _, c := range conds {
@@ -52,7 +52,7 @@ func servesWatched(u *unstructured.Unstructured) bool {
 	versions, _, _ := unstructured.NestedSlice(u.Object, "spec", "versions")
 	for _, v := range versions {
 		m, _ := v.(map[string]any)
-		if m["name"] == Version && m["served"] == true {
+		if m["name"] == version && m["served"] == true {
 			return established
 		}
 	}
@@ -108,7 +108,7 @@ func (w *Watcher) onCRD(obj any, deleted bool) {
 	if kind == "" {
 		return
 	}
-	present := !deleted && servesWatched(u)
+	present := !deleted && servesWatched(u, versionOf(kind))
 	w.mu.Lock()
 	changed := w.crds[kind] != present
 	w.crds[kind] = present
@@ -202,7 +202,7 @@ func (w *Watcher) reconcileKinds(ctx context.Context) ([]toolscache.InformerSync
 }
 
 // Absent returns the kinds whose CRD the config cluster does not have
-// (or does not serve in Version), sorted.
+// (or does not serve in the watched version), sorted.
 func (w *Watcher) Absent() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()

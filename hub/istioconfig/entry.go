@@ -71,6 +71,9 @@ type entry struct {
 	notes []string
 	// seen is the status the object carried when last read.
 	seen carried
+	// apiStatus is the whole status a Gateway API object carried when
+	// last read (its shape is the Gateway API's, not Istio's).
+	apiStatus map[string]any
 }
 
 // carried is the part of an object's status the hub compares.
@@ -109,6 +112,9 @@ func evaluate(kind string, u *unstructured.Unstructured) *entry {
 	if err != nil { // cannot happen for what the apiserver sent as JSON
 		e.reason, e.errs = ReasonUndecodable, validate.ErrorList{{Field: "spec", Detail: err.Error()}}
 		return e
+	}
+	if validate.IsGatewayAPI(kind) {
+		return evaluateGatewayAPI(e, kind, raw, u)
 	}
 	msg, errs := validate.DecodeSpec(kind, raw)
 	if len(errs) > 0 {

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
+	"github.com/meshfed/meshfed/pkg/istioconfig/validate"
 )
 
 // maxConflicts bounds the immediate retries of a status patch that
@@ -40,11 +42,18 @@ func (w *Watcher) writeNext(ctx context.Context) bool {
 // unless it carries it already.
 func (w *Watcher) writeStatus(ctx context.Context, k istioconfig.Key) error {
 	w.mu.Lock()
-	e, lost, warnings := w.entries[k], w.lost[k], w.warnings[k]
+	e, lost, warnings, snap := w.entries[k], w.lost[k], w.warnings[k], w.snap
 	w.mu.Unlock()
 	if e == nil {
 		delete(w.patchedFrom, k) // gone
 		return nil
+	}
+	if validate.IsGatewayAPI(k.Kind) {
+		want, ok := snap.GatewayAPIStatus(k)
+		if !ok || e.obj == nil {
+			return nil
+		}
+		return w.writeAPIStatus(ctx, k, e, want)
 	}
 	want := e.desired(lost, warnings)
 	u, err := w.get(ctx, w.cache, k)
@@ -108,4 +117,48 @@ func (w *Watcher) patch(ctx context.Context, k istioconfig.Key, u *unstructured.
 		return fmt.Errorf("istioconfig: writing the status of %s: %w", k, err)
 	}
 	return nil
+}
+
+// writeAPIStatus patches the status of Gateway API object k to want,
+// unless it carries it already; as writeStatus does for Istio's kinds.
+func (w *Watcher) writeAPIStatus(ctx context.Context, k istioconfig.Key, e *entry, want istioconfig.GatewayAPIStatus) error {
+	u, err := w.get(ctx, w.cache, k)
+	if err == nil && w.patchedFrom[k] != "" {
+		if u.GetResourceVersion() == w.patchedFrom[k] {
+			return nil // the cache has not seen the last patch yet
+		}
+		delete(w.patchedFrom, k)
+	}
+	for attempt := 0; ; attempt++ {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		seen, _ := u.Object["status"].(map[string]any)
+		if !e.sameVersion(u) || !apiStatusDue(k.Kind, seen, want) {
+			return nil
+		}
+		body, perr := apiStatusPatch(k.Kind, u, want, metav1.NewTime(w.opts.Clock.Now().UTC().Truncate(time.Second)))
+		if perr != nil {
+			return fmt.Errorf("istioconfig: status patch of %s: %w", k, perr)
+		}
+		out := &unstructured.Unstructured{}
+		out.SetGroupVersionKind(gvk(k.Kind))
+		out.SetNamespace(k.Namespace)
+		out.SetName(k.Name)
+		err = w.client.Status().Patch(ctx, out, client.RawPatch(types.MergePatchType, body))
+		switch {
+		case err == nil:
+			w.metrics.writes.WithLabelValues(WriteOK).Inc()
+			w.patchedFrom[k] = u.GetResourceVersion()
+			return nil
+		case !apierrors.IsConflict(err) || attempt == maxConflicts:
+			w.metrics.writes.WithLabelValues(WriteError).Inc()
+			return fmt.Errorf("istioconfig: status of %s: %w", k, err)
+		}
+		w.metrics.writes.WithLabelValues(WriteConflict).Inc()
+		u, err = w.get(ctx, w.client, k)
+	}
 }

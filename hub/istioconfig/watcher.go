@@ -108,7 +108,16 @@ type Watcher struct {
 
 // gvk is the GroupVersionKind of kind in the watched version.
 func gvk(kind string) schema.GroupVersionKind {
-	return schema.GroupVersionKind{Group: validate.GroupOf(kind), Version: Version, Kind: kind}
+	return schema.GroupVersionKind{Group: validate.GroupOf(kind), Version: versionOf(kind), Kind: validate.APIKind(kind)}
+}
+
+// versionOf is the version of kind the watcher reads: Version for Istio's
+// kinds, validate.WatchedVersion for the Gateway API's.
+func versionOf(kind string) string {
+	if validate.IsGatewayAPI(kind) {
+		return validate.WatchedVersion(kind)
+	}
+	return Version
 }
 
 // New returns a Watcher of the config cluster that opts.Config names.
@@ -178,7 +187,11 @@ func staticRESTMapper() meta.RESTMapper {
 		crdGVK.GroupVersion().WithResource("customresourcedefinition"), meta.RESTScopeRoot)
 	for _, k := range istioconfig.Kinds {
 		gv := gvk(k).GroupVersion()
-		m.AddSpecific(gvk(k), gv.WithResource(validate.Resources[k]), gv.WithResource(strings.ToLower(k)), meta.RESTScopeNamespace)
+		scope := meta.RESTScopeNamespace
+		if validate.ClusterScoped(k) {
+			scope = meta.RESTScopeRoot
+		}
+		m.AddSpecific(gvk(k), gv.WithResource(validate.Resources[k]), gv.WithResource(strings.ToLower(validate.APIKind(k))), scope)
 	}
 	return m
 }
@@ -419,6 +432,7 @@ func (w *Watcher) read(ctx context.Context, k istioconfig.Key) (*entry, error) {
 	if old := w.entries[k]; old != nil && old.sameVersion(u) {
 		e := *old
 		e.seen = carriedOf(u)
+		e.apiStatus, _ = u.Object["status"].(map[string]any)
 		return &e, nil
 	}
 	e := evaluate(k.Kind, u)
@@ -455,6 +469,12 @@ func (w *Watcher) queueStatus() {
 		states[k] = e.state(lost)
 		if len(w.warnings[k]) > 0 {
 			warned[k.Kind]++
+		}
+		if validate.IsGatewayAPI(k.Kind) {
+			if want, ok := w.snap.GatewayAPIStatus(k); ok && e.obj != nil && apiStatusDue(k.Kind, e.apiStatus, want) {
+				todo = append(todo, due{k: k})
+			}
+			continue
 		}
 		if want := e.desired(lost, w.warnings[k]); e.seen.needsWrite(want) {
 			todo = append(todo, due{k, e.seen, want})

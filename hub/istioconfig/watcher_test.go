@@ -286,14 +286,26 @@ meshfed_config_rejected_total{kind="AuthorizationPolicy",reason="invalid"} 1
 meshfed_config_rejected_total{kind="AuthorizationPolicy",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="DestinationRule",reason="invalid"} 0
 meshfed_config_rejected_total{kind="DestinationRule",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="GRPCRoute",reason="invalid"} 0
+meshfed_config_rejected_total{kind="GRPCRoute",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="Gateway",reason="invalid"} 0
 meshfed_config_rejected_total{kind="Gateway",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="GatewayClass",reason="invalid"} 0
+meshfed_config_rejected_total{kind="GatewayClass",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="HTTPRoute",reason="invalid"} 0
+meshfed_config_rejected_total{kind="HTTPRoute",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="KubernetesGateway",reason="invalid"} 0
+meshfed_config_rejected_total{kind="KubernetesGateway",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="PeerAuthentication",reason="invalid"} 0
 meshfed_config_rejected_total{kind="PeerAuthentication",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="ReferenceGrant",reason="invalid"} 0
+meshfed_config_rejected_total{kind="ReferenceGrant",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="ServiceEntry",reason="invalid"} 1
 meshfed_config_rejected_total{kind="ServiceEntry",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="Sidecar",reason="invalid"} 0
 meshfed_config_rejected_total{kind="Sidecar",reason="undecodable"} 0
+meshfed_config_rejected_total{kind="TLSRoute",reason="invalid"} 0
+meshfed_config_rejected_total{kind="TLSRoute",reason="undecodable"} 0
 meshfed_config_rejected_total{kind="VirtualService",reason="invalid"} 1
 meshfed_config_rejected_total{kind="VirtualService",reason="undecodable"} 1
 # HELP meshfed_config_objects Istio config objects held, by kind and state (applied, rejected, shadowed).
@@ -304,18 +316,36 @@ meshfed_config_objects{kind="AuthorizationPolicy",state="shadowed"} 0
 meshfed_config_objects{kind="DestinationRule",state="applied"} 1
 meshfed_config_objects{kind="DestinationRule",state="rejected"} 0
 meshfed_config_objects{kind="DestinationRule",state="shadowed"} 0
+meshfed_config_objects{kind="GRPCRoute",state="applied"} 0
+meshfed_config_objects{kind="GRPCRoute",state="rejected"} 0
+meshfed_config_objects{kind="GRPCRoute",state="shadowed"} 0
 meshfed_config_objects{kind="Gateway",state="applied"} 0
 meshfed_config_objects{kind="Gateway",state="rejected"} 0
 meshfed_config_objects{kind="Gateway",state="shadowed"} 0
+meshfed_config_objects{kind="GatewayClass",state="applied"} 0
+meshfed_config_objects{kind="GatewayClass",state="rejected"} 0
+meshfed_config_objects{kind="GatewayClass",state="shadowed"} 0
+meshfed_config_objects{kind="HTTPRoute",state="applied"} 0
+meshfed_config_objects{kind="HTTPRoute",state="rejected"} 0
+meshfed_config_objects{kind="HTTPRoute",state="shadowed"} 0
+meshfed_config_objects{kind="KubernetesGateway",state="applied"} 0
+meshfed_config_objects{kind="KubernetesGateway",state="rejected"} 0
+meshfed_config_objects{kind="KubernetesGateway",state="shadowed"} 0
 meshfed_config_objects{kind="PeerAuthentication",state="applied"} 1
 meshfed_config_objects{kind="PeerAuthentication",state="rejected"} 0
 meshfed_config_objects{kind="PeerAuthentication",state="shadowed"} 0
+meshfed_config_objects{kind="ReferenceGrant",state="applied"} 0
+meshfed_config_objects{kind="ReferenceGrant",state="rejected"} 0
+meshfed_config_objects{kind="ReferenceGrant",state="shadowed"} 0
 meshfed_config_objects{kind="ServiceEntry",state="applied"} 1
 meshfed_config_objects{kind="ServiceEntry",state="rejected"} 1
 meshfed_config_objects{kind="ServiceEntry",state="shadowed"} 0
 meshfed_config_objects{kind="Sidecar",state="applied"} 0
 meshfed_config_objects{kind="Sidecar",state="rejected"} 0
 meshfed_config_objects{kind="Sidecar",state="shadowed"} 0
+meshfed_config_objects{kind="TLSRoute",state="applied"} 0
+meshfed_config_objects{kind="TLSRoute",state="rejected"} 0
+meshfed_config_objects{kind="TLSRoute",state="shadowed"} 0
 meshfed_config_objects{kind="VirtualService",state="applied"} 2
 meshfed_config_objects{kind="VirtualService",state="rejected"} 2
 meshfed_config_objects{kind="VirtualService",state="shadowed"} 1
@@ -470,8 +500,9 @@ func TestWatcherBeforeCRDs(t *testing.T) {
 		}
 		return nil
 	})
-	if got := f.configz().AbsentKinds; len(got) != 0 {
-		t.Errorf("absent kinds %v after the CRDs were installed", got)
+	gatewayAPI := []string{"GRPCRoute", "GatewayClass", "HTTPRoute", "KubernetesGateway", "ReferenceGrant", "TLSRoute"}
+	if got := f.configz().AbsentKinds; !slices.Equal(got, gatewayAPI) {
+		t.Errorf("absent kinds %v after Istio's CRDs were installed, want the Gateway API's %v", got, gatewayAPI)
 	}
 
 	// The VirtualService CRD deleted: its objects go, the kind is absent.
@@ -488,8 +519,8 @@ func TestWatcherBeforeCRDs(t *testing.T) {
 		if s, _ := f.snapshot(); s.Host(reviews).VirtualService != nil {
 			return fmt.Errorf("reviews still applied after its CRD was deleted")
 		}
-		if got := f.configz().AbsentKinds; !slices.Equal(got, []string{"VirtualService"}) {
-			return fmt.Errorf("absent kinds %v, want [VirtualService]", got)
+		if got := f.configz().AbsentKinds; !slices.Contains(got, "VirtualService") || len(got) != len(gatewayAPI)+1 {
+			return fmt.Errorf("absent kinds %v, want VirtualService besides the Gateway API's", got)
 		}
 		return nil
 	})

@@ -104,6 +104,7 @@ type Snapshot struct {
 	sidecars      sidecarIndex
 	gateways      gatewayIndex
 	warnings      map[Key][]string
+	apiStatus     map[Key]GatewayAPIStatus
 	entries       entryIndex
 	sources       []sourceRule // conditions on clients (RouteClass)
 	shadowed      []Shadowed
@@ -139,6 +140,13 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 		}
 	}
 	s.security.sort()
+	// The Gateway API's objects, translated into Gateways and
+	// VirtualServices bound to them (never to the mesh).
+	api := translateGatewayAPI(s.objects, domainSuffix)
+	for _, o := range api.objects {
+		s.gateways.add(o)
+	}
+	s.apiStatus = api.status
 	s.gateways.sort()
 	s.warnings = gatewayWarnings(&s.gateways, s.objects)
 	s.sidecars.sort()
@@ -318,7 +326,19 @@ func ResolveHost(host, ns, domainSuffix string) model.Hostname {
 
 // Kinds are the kinds a Snapshot holds.
 var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule, validate.KindServiceEntry, validate.KindSidecar, validate.KindGateway,
-	validate.KindPeerAuthentication, validate.KindAuthorizationPolicy}
+	validate.KindPeerAuthentication, validate.KindAuthorizationPolicy,
+	validate.KindGatewayClass, validate.KindKubeGateway, validate.KindHTTPRoute, validate.KindGRPCRoute, validate.KindTLSRoute, validate.KindReferenceGrant}
+
+// GatewayAPIStatus returns the status the Gateway API object of key k
+// should carry, and whether meshfed writes one (a Gateway of another
+// class, say, gets none).
+func (s *Snapshot) GatewayAPIStatus(k Key) (GatewayAPIStatus, bool) {
+	if s == nil {
+		return GatewayAPIStatus{}, false
+	}
+	st, ok := s.apiStatus[k]
+	return st, ok
+}
 
 // hostIndex maps hostnames to the object that applies: exact hosts, and
 // wildcards ("*.demo.svc.cluster.local", "*") by suffix.

@@ -17,6 +17,13 @@ import (
 type Gateway struct {
 	Meta
 	Spec *networking.Gateway
+	// Namespaced limits the Gateway to proxies of its own namespace: the
+	// translation of a Gateway API Gateway. An Istio Gateway selects
+	// proxies of any namespace.
+	Namespaced bool
+	// From is the Gateway API Gateway it was translated from; the zero
+	// Key for an Istio Gateway.
+	From Key
 }
 
 func (g *Gateway) meta() Meta { return g.Meta }
@@ -86,16 +93,18 @@ func GatewayKey(name, ns string) (Key, bool) {
 }
 
 // GatewaysFor returns the Gateways whose selector the labels of a gateway
-// proxy hold, oldest first. A Gateway selects proxies of any namespace,
-// as Istio's does by default (PILOT_SCOPE_GATEWAY_TO_NAMESPACE off); an
-// empty selector selects every gateway proxy.
-func (s *Snapshot) GatewaysFor(labels model.Labels) []*Gateway {
+// proxy of namespace ns hold, oldest first. An Istio Gateway selects
+// proxies of any namespace, as Istio's does by default
+// (PILOT_SCOPE_GATEWAY_TO_NAMESPACE off); a translated Gateway API one
+// those of its own namespace. An empty selector selects every gateway
+// proxy.
+func (s *Snapshot) GatewaysFor(ns string, labels model.Labels) []*Gateway {
 	if s == nil {
 		return nil
 	}
 	var out []*Gateway
 	for _, g := range s.gateways.all {
-		if labels.Match(g.Spec.GetSelector()) {
+		if (!g.Namespaced || g.Namespace == ns) && labels.Match(g.Spec.GetSelector()) {
 			out = append(out, g)
 		}
 	}

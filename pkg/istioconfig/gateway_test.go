@@ -39,11 +39,11 @@ func TestGatewayBinding(t *testing.T) {
 		}
 		return out
 	}
-	if got, want := keys(s.GatewaysFor(model.NewLabels(map[string]string{"istio": "ingressgateway", "app": "x"}))),
+	if got, want := keys(s.GatewaysFor("ingress", model.NewLabels(map[string]string{"istio": "ingressgateway", "app": "x"}))),
 		[]string{"Gateway/other/old", "Gateway/other/all", "Gateway/ingress/young"}; !slices.Equal(got, want) {
 		t.Errorf("GatewaysFor ingressgateway %v, want %v", got, want)
 	}
-	if got := keys(s.GatewaysFor(model.NewLabels(map[string]string{"app": "x"}))); !slices.Equal(got, []string{"Gateway/other/all"}) {
+	if got := keys(s.GatewaysFor("ingress", model.NewLabels(map[string]string{"app": "x"}))); !slices.Equal(got, []string{"Gateway/other/all"}) {
 		t.Errorf("GatewaysFor app=x %v: only the empty selector", got)
 	}
 	routes := func(k istioconfig.Key) []string {

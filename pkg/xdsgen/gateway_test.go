@@ -48,7 +48,7 @@ func gatewayConfig(t *testing.T, objs ...gwObj) *istioconfig.Snapshot {
 
 func routerOf(t *testing.T, cfg *istioconfig.Snapshot, labels map[string]string) ([]*listenerv3.Listener, []*routev3.RouteConfiguration, []GatewayNote) {
 	t.Helper()
-	gws := cfg.GatewaysFor(model.NewLabels(labels))
+	gws := cfg.GatewaysFor("ingress", model.NewLabels(labels))
 	services := []*model.MergedService{fleet(true)}
 	ls, notes := RouterListeners(gws, services, cfg, Options{})
 	rs := RouterRoutes(gws, services, cfg, Options{})

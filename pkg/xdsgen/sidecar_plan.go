@@ -382,7 +382,7 @@ func (n *SidecarNode) state(services []*model.MergedService, pods Pods, cfg *ist
 	var st sidecarState
 	if n.Proxy.Router {
 		w := pods.Workload(n.Cluster, n.Proxy.IP, n.Claimed)
-		st.gateways = cfg.GatewaysFor(w.Labels)
+		st.gateways = cfg.GatewaysFor(w.Namespace, w.Labels)
 		for _, gw := range st.gateways {
 			st.bound = append(st.bound, cfg.GatewayRoutes(gw.Key)...)
 		}

@@ -43,6 +43,8 @@ func GroupOf(kind string) string {
 		return SecurityGroup
 	case KindVirtualService, KindDestinationRule, KindServiceEntry, KindSidecar, KindGateway:
 		return Group
+	case KindGatewayClass, KindKubeGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute, KindReferenceGrant:
+		return GatewayAPIGroup
 	}
 	return ""
 }
@@ -66,7 +68,47 @@ const (
 
 	KindPeerAuthentication  = "PeerAuthentication"
 	KindAuthorizationPolicy = "AuthorizationPolicy"
+
+	// The Kubernetes Gateway API's kinds. Its Gateway is
+	// KindKubeGateway here (istiod's name for it), apart from Istio's.
+	KindGatewayClass   = "GatewayClass"
+	KindKubeGateway    = "KubernetesGateway"
+	KindHTTPRoute      = "HTTPRoute"
+	KindGRPCRoute      = "GRPCRoute"
+	KindTLSRoute       = "TLSRoute"
+	KindReferenceGrant = "ReferenceGrant"
 )
+
+// GatewayAPIGroup is the Kubernetes Gateway API's group.
+const GatewayAPIGroup = "gateway.networking.k8s.io"
+
+// IsGatewayAPI reports whether kind is one of the Gateway API's.
+func IsGatewayAPI(kind string) bool { return GroupOf(kind) == GatewayAPIGroup }
+
+// APIKind is the kind as the apiserver names it (KindKubeGateway is
+// "Gateway"); the others are their own.
+func APIKind(kind string) string {
+	if kind == KindKubeGateway {
+		return "Gateway"
+	}
+	return kind
+}
+
+// WatchedVersion is the version of kind the hub reads: v1, but v1alpha2
+// for TLSRoute and v1beta1 for ReferenceGrant (their served versions in
+// Gateway API v1.4's CRDs).
+func WatchedVersion(kind string) string {
+	switch kind {
+	case KindTLSRoute:
+		return "v1alpha2"
+	case KindReferenceGrant:
+		return "v1beta1"
+	}
+	return "v1"
+}
+
+// ClusterScoped reports whether kind's objects have no namespace.
+func ClusterScoped(kind string) bool { return kind == KindGatewayClass }
 
 // Resources maps each kind to its resource name.
 var Resources = map[string]string{
@@ -78,6 +120,13 @@ var Resources = map[string]string{
 
 	KindPeerAuthentication:  "peerauthentications",
 	KindAuthorizationPolicy: "authorizationpolicies",
+
+	KindGatewayClass:   "gatewayclasses",
+	KindKubeGateway:    "gateways",
+	KindHTTPRoute:      "httproutes",
+	KindGRPCRoute:      "grpcroutes",
+	KindTLSRoute:       "tlsroutes",
+	KindReferenceGrant: "referencegrants",
 }
 
 // NewSpec returns an empty spec message for kind, or nil when kind is not

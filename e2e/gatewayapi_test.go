@@ -1,0 +1,231 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/istioconfig"
+	"github.com/meshfed/meshfed/pkg/testutil"
+)
+
+const gatewayAPIWeb = `
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: istio}
+spec: {controllerName: istio.io/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: web, namespace: istio-ingress}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: echo, namespace: demo}
+spec:
+  parentRefs: [{name: web, namespace: istio-ingress}]
+  hostnames: [echo.example.com]
+  rules:
+  - matches: [{headers: [{name: x-canary, value: "yes"}]}]
+    backendRefs: [{name: echo-v2, port: 8080}]
+  - backendRefs: [{name: echo, port: 8080, weight: 50}, {name: echo-v2, port: 8080, weight: 50}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cross, namespace: istio-ingress}
+spec:
+  parentRefs: [{name: web}]
+  hostnames: [cross.example.com]
+  rules:
+  - backendRefs: [{name: echo, namespace: demo, port: 8080}]
+`
+
+const gatewayAPIGrant = `
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: from-ingress, namespace: demo}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: istio-ingress}]
+  to: [{group: "", kind: Service}]
+`
+
+// routeCondition reads the condition typ of the first parent of route
+// kind ns/name as "<status>/<reason>".
+func routeCondition(ctx context.Context, c client.Client, kind, ns, name, typ string) (string, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: kind})
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		return "", err
+	}
+	var conds []any
+	if kind == "Gateway" {
+		conds, _, _ = unstructured.NestedSlice(u.Object, "status", "conditions")
+	} else {
+		parents, _, _ := unstructured.NestedSlice(u.Object, "status", "parents")
+		if len(parents) == 0 {
+			return "no parents", nil
+		}
+		conds, _, _ = unstructured.NestedSlice(parents[0].(map[string]any), "conditions")
+	}
+	for _, c := range conds {
+		m := c.(map[string]any)
+		if m["type"] == typ {
+			return fmt.Sprintf("%v/%v", m["status"], m["reason"]), nil
+		}
+	}
+	return "none", nil
+}
+
+// TestGatewayAPI is the Gateway API part of issue #29's "Must show": the
+// hub starts on a config cluster without the Gateway API's CRDs; once they
+// are installed (no restart), a Gateway of class istio is served to the
+// gateway Pod labelled with its name, an HTTPRoute's header match and
+// weighted split reach the backends of cluster-2 through it, a backend of
+// another namespace is refused (ResolvedRefs False, RefNotPermitted; the
+// route answers 500) until a ReferenceGrant allows it, and the status
+// conditions are read back from the apiserver.
+func TestGatewayAPI(t *testing.T) {
+	f, net, hub := sidecarFleet(t, 2, "--xds-mtls")
+	ctx := t.Context()
+	r2 := f.Remote("cluster-2")
+	var backends []*framework.Sidecar
+	for _, svc := range []string{"echo", "echo-v2"} {
+		w, err := r2.DeployWorkload(ctx, framework.WorkloadOptions{
+			Namespace: "demo", Service: svc, ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := framework.NewTestPod(t, net, framework.PodOptions{Name: "c2-" + svc})
+		app, err := framework.StartHTTPEcho(ctx, pod, fmt.Sprintf("127.0.0.1:%d", w.TargetPort()), "cluster-2/"+svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = app.Close() })
+		backends = append(backends, framework.StartTestSidecar(t, f, framework.SidecarOptions{
+			Cluster: r2, Pod: pod, Hub: hub, Name: svc + "-0", Namespace: "demo", Workload: w,
+		}))
+	}
+	gwPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "gw-2"})
+	gw := framework.StartTestSidecar(t, f, framework.SidecarOptions{
+		Cluster: f.Remote("cluster-1"), Pod: gwPod, Hub: hub, Name: "gw-2", Namespace: ingressNamespace, ServiceAccount: "web",
+		Labels: map[string]string{istioconfig.GatewayNameLabel: "web"}, Gateway: true,
+	})
+	waitReady(t, append(backends, gw)...)
+
+	// The CRDs arrive after the hub started.
+	if err := f.Config().InstallGatewayAPICRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Config().ApplyIstio(ctx, gatewayAPIWeb); err != nil {
+		t.Fatal(err)
+	}
+	client := framework.NewTestPod(t, net, framework.PodOptions{Name: "api-client"})
+	addr := gwPod.IP().String() + ":80"
+	get := func(host, canary string) (int, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+		if err != nil {
+			return 0, "", err
+		}
+		req.Host = host
+		if canary != "" {
+			req.Header.Set("x-canary", canary)
+		}
+		resp, err := client.HTTPClient().Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		buf := make([]byte, 4096)
+		n, _ := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		return resp.StatusCode, b.String(), nil
+	}
+	// The header match: only echo-v2.
+	testutil.Eventually(t, converge, poll, func() error {
+		for range 5 {
+			code, body, err := get("echo.example.com", "yes")
+			if err != nil {
+				return err
+			}
+			if code != http.StatusOK || !strings.Contains(body, "cluster-2/echo-v2") {
+				return fmt.Errorf("canary call: %d %s", code, body)
+			}
+		}
+		return nil
+	})
+	// The weighted split: both, over 40 calls (each 50%: all on one side
+	// has a probability of 2^-39).
+	by := map[string]int{}
+	for range 40 {
+		code, body, err := get("echo.example.com", "")
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("split call: %d %s %v", code, body, err)
+		}
+		switch {
+		case strings.Contains(body, "cluster-2/echo-v2"):
+			by["echo-v2"]++
+		case strings.Contains(body, "cluster-2/echo"):
+			by["echo"]++
+		}
+	}
+	if by["echo"] == 0 || by["echo-v2"] == 0 || by["echo"]+by["echo-v2"] != 40 {
+		t.Errorf("weighted split answered by %v, want both", by)
+	}
+
+	// Status, read back from the config cluster.
+	c := f.Config().Client()
+	for _, want := range []struct{ kind, ns, name, typ, value string }{
+		{"Gateway", ingressNamespace, "web", "Accepted", "True/Accepted"},
+		{"Gateway", ingressNamespace, "web", "Programmed", "True/Programmed"},
+		{"HTTPRoute", "demo", "echo", "Accepted", "True/Accepted"},
+		{"HTTPRoute", "demo", "echo", "ResolvedRefs", "True/ResolvedRefs"},
+		{"HTTPRoute", ingressNamespace, "cross", "ResolvedRefs", "False/RefNotPermitted"},
+	} {
+		testutil.Eventually(t, converge, poll, func() error {
+			got, err := routeCondition(ctx, c, want.kind, want.ns, want.name, want.typ)
+			if err != nil {
+				return err
+			}
+			if got != want.value {
+				return fmt.Errorf("%s %s/%s %s: %s, want %s", want.kind, want.ns, want.name, want.typ, got, want.value)
+			}
+			return nil
+		})
+	}
+	// The cross-namespace backend is refused: 500, until a ReferenceGrant.
+	if code, body, err := get("cross.example.com", ""); err != nil || code != http.StatusInternalServerError {
+		t.Errorf("cross.example.com without a ReferenceGrant: %d %s %v, want 500", code, body, err)
+	}
+	if err := f.Config().ApplyIstio(ctx, gatewayAPIGrant); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		code, body, err := get("cross.example.com", "")
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK || !strings.Contains(body, "cluster-2/echo") {
+			return fmt.Errorf("cross.example.com with a ReferenceGrant: %d %s", code, body)
+		}
+		got, err := routeCondition(ctx, c, "HTTPRoute", ingressNamespace, "cross", "ResolvedRefs")
+		if err != nil || got != "True/ResolvedRefs" {
+			return fmt.Errorf("cross ResolvedRefs %s %v", got, err)
+		}
+		return nil
+	})
+}
