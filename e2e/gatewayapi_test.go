@@ -5,9 +5,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -42,6 +44,16 @@ spec:
   - matches: [{headers: [{name: x-canary, value: "yes"}]}]
     backendRefs: [{name: echo-v2, port: 8080}]
   - backendRefs: [{name: echo, port: 8080, weight: 50}, {name: echo-v2, port: 8080, weight: 50}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: grpc-echo, namespace: demo}
+spec:
+  parentRefs: [{name: web, namespace: istio-ingress}]
+  hostnames: [grpc.example.com]
+  rules:
+  - matches: [{method: {service: meshfed.e2e.Echo}}]
+    backendRefs: [{name: grpc-echo, port: 8080}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -93,7 +105,8 @@ func routeCondition(ctx context.Context, c client.Client, kind, ns, name, typ st
 // hub starts on a config cluster without the Gateway API's CRDs; once they
 // are installed (no restart), a Gateway of class istio is served to the
 // gateway Pod labelled with its name, an HTTPRoute's header match and
-// weighted split reach the backends of cluster-2 through it, a backend of
+// weighted split reach the backends of cluster-2 through it, as does a
+// GRPCRoute's gRPC call, a backend of
 // another namespace is refused (ResolvedRefs False, RefNotPermitted; the
 // route answers 500) until a ReferenceGrant allows it, and the status
 // conditions are read back from the apiserver.
@@ -119,6 +132,16 @@ func TestGatewayAPI(t *testing.T) {
 			Cluster: r2, Pod: pod, Hub: hub, Name: svc + "-0", Namespace: "demo", Workload: w,
 		}))
 	}
+	_, grpcSC := serverSidecar(t, f, net, hub, r2,
+		framework.WorkloadOptions{Namespace: "demo", Service: "grpc-echo", ServicePort: grpcEchoPort},
+		func(pod *framework.Pod, addr, id string) (io.Closer, error) {
+			s, err := framework.StartGRPCEcho(ctx, pod, addr, id)
+			if err != nil {
+				return nil, err
+			}
+			return closerFunc(s.Stop), nil
+		})
+	backends = append(backends, grpcSC)
 	gwPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "gw-2"})
 	gw := framework.StartTestSidecar(t, f, framework.SidecarOptions{
 		Cluster: f.Remote("cluster-1"), Pod: gwPod, Hub: hub, Name: "gw-2", Namespace: ingressNamespace, ServiceAccount: "web",
@@ -187,6 +210,25 @@ func TestGatewayAPI(t *testing.T) {
 		t.Errorf("weighted split answered by %v, want both", by)
 	}
 
+	// The GRPCRoute: a gRPC call by its method's service, over HTTP/2.
+	cc, err := framework.DialGRPCInPod(client, addr, "grpc.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	testutil.Eventually(t, converge, poll, func() error {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		id, err := framework.CallEcho(cctx, cc)
+		if err != nil {
+			return err
+		}
+		if id != "cluster-2/grpc-echo-0" {
+			return fmt.Errorf("gRPC through the gateway answered by %q", id)
+		}
+		return nil
+	})
+
 	// Status, read back from the config cluster.
 	c := f.Config().Client()
 	for _, want := range []struct{ kind, ns, name, typ, value string }{
@@ -194,6 +236,7 @@ func TestGatewayAPI(t *testing.T) {
 		{"Gateway", ingressNamespace, "web", "Programmed", "True/Programmed"},
 		{"HTTPRoute", "demo", "echo", "Accepted", "True/Accepted"},
 		{"HTTPRoute", "demo", "echo", "ResolvedRefs", "True/ResolvedRefs"},
+		{"GRPCRoute", "demo", "grpc-echo", "Accepted", "True/Accepted"},
 		{"HTTPRoute", ingressNamespace, "cross", "ResolvedRefs", "False/RefNotPermitted"},
 	} {
 		testutil.Eventually(t, converge, poll, func() error {

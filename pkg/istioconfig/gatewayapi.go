@@ -520,10 +520,15 @@ func (t *apiTranslator) rules(r Object, spec *networking.VirtualService, ports [
 	case *TLSRoute:
 		for _, rule := range r.Spec.Rules {
 			out := &networking.TLSRoute{Match: []*networking.TLSMatchAttributes{{SniHosts: spec.Hosts}}}
+			var weights []int32
 			for _, b := range rule.BackendRefs {
-				if d := backend("TLSRoute", r.Namespace, b.BackendObjectReference, b.Weight); d != nil {
-					out.Route = append(out.Route, &networking.RouteDestination{Destination: d.Destination, Weight: d.Weight})
+				if d := backend("TLSRoute", r.Namespace, b.BackendObjectReference, b.Weight); d != nil && d.Weight > 0 {
+					out.Route = append(out.Route, &networking.RouteDestination{Destination: d.Destination})
+					weights = append(weights, d.Weight)
 				}
+			}
+			for i, w := range percentages(weights) {
+				out.Route[i].Weight = w
 			}
 			if len(out.Route) > 0 {
 				spec.Tls = append(spec.Tls, out)
@@ -544,9 +549,40 @@ func finishRule(r *networking.HTTPRoute) {
 		r.Route = nil
 		r.DirectResponse = &networking.HTTPDirectResponse{Status: 500}
 	}
-	if len(r.Route) == 1 {
-		r.Route[0].Weight = 0 // a lone destination takes everything
+	weights := make([]int32, len(r.Route))
+	for i, d := range r.Route {
+		weights[i] = d.Weight
 	}
+	for i, w := range percentages(weights) {
+		r.Route[i].Weight = w
+	}
+}
+
+// percentages turns the Gateway API's relative weights into Istio's
+// percentages (summing to 100; the remainder of rounding to the first
+// non-zero weight), 0 for a lone destination (it takes everything).
+func percentages(weights []int32) []int32 {
+	out := make([]int32, len(weights))
+	if len(weights) < 2 {
+		return out
+	}
+	var total int64
+	for _, w := range weights {
+		total += int64(w)
+	}
+	if total == 0 {
+		return out
+	}
+	sum, first := int32(0), -1
+	for i, w := range weights {
+		out[i] = int32(int64(w) * 100 / total)
+		sum += out[i]
+		if first < 0 && w > 0 {
+			first = i
+		}
+	}
+	out[first] += 100 - sum
+	return out
 }
 
 // backend resolves a backend reference of a route of kind in namespace

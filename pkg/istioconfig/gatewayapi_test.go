@@ -152,3 +152,48 @@ func TestGatewayAPITranslation(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayAPITLSAndGRPC: a TLSRoute on a Passthrough listener becomes
+// tls[] rules by its hostnames; a GRPCRoute's method match a path match;
+// a listener's certificate of another namespace needs a ReferenceGrant.
+func TestGatewayAPITLSAndGRPC(t *testing.T) {
+	objs := []istioconfig.Object{
+		apiObject(t, "KubernetesGateway", "ingress", "edge", `{"gatewayClassName":"istio","listeners":[
+			{"name":"pass","port":443,"protocol":"TLS","tls":{"mode":"Passthrough"}},
+			{"name":"grpc","port":80,"protocol":"HTTP"},
+			{"name":"remote-cert","port":8443,"protocol":"HTTPS","tls":{"certificateRefs":[{"name":"c","namespace":"certs"}]}}]}`),
+		apiObject(t, "TLSRoute", "ingress", "pass", `{"parentRefs":[{"name":"edge"}],"hostnames":["pass.example.com"],
+			"rules":[{"backendRefs":[{"name":"secure","port":9443}]}]}`),
+		apiObject(t, "GRPCRoute", "ingress", "rpc", `{"parentRefs":[{"name":"edge","sectionName":"grpc"}],
+			"rules":[{"matches":[{"method":{"service":"pkg.Svc","method":"Call"}},{"method":{"service":"pkg.Other"}}],"backendRefs":[{"name":"rpc","port":8080}]}]}`),
+	}
+	snap := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, objs)
+	gws := snap.GatewaysFor("ingress", model.NewLabels(map[string]string{istioconfig.GatewayNameLabel: "edge"}))
+	if len(gws) != 1 || len(gws[0].Spec.GetServers()) != 2 {
+		t.Fatalf("edge's servers: %v (the remote certificate's listener is refused)", gws)
+	}
+	gst, _ := snap.GatewayAPIStatus(istioconfig.Key{Kind: "KubernetesGateway", Namespace: "ingress", Name: "edge"})
+	if l := gst.Listeners[2]; l.Conditions[2].Type != "ResolvedRefs" || l.Conditions[2].Reason != "RefNotPermitted" {
+		t.Errorf("remote-cert listener %+v", l)
+	}
+	var tlsVS, grpcVS *istioconfig.VirtualService
+	for _, vs := range snap.GatewayRoutes(gws[0].Key) {
+		switch {
+		case len(vs.Spec.GetTls()) > 0:
+			tlsVS = vs
+		case len(vs.Spec.GetHttp()) > 0:
+			grpcVS = vs
+		}
+	}
+	if tlsVS == nil || tlsVS.Spec.GetTls()[0].GetMatch()[0].GetSniHosts()[0] != "pass.example.com" ||
+		tlsVS.Spec.GetTls()[0].GetRoute()[0].GetDestination().GetHost() != "secure.ingress.svc.cluster.local" {
+		t.Errorf("TLSRoute's VirtualService %v", tlsVS)
+	}
+	if grpcVS == nil {
+		t.Fatal("no VirtualService of the GRPCRoute")
+	}
+	m := grpcVS.Spec.GetHttp()[0].GetMatch()
+	if len(m) != 2 || m[0].GetUri().GetExact() != "/pkg.Svc/Call" || m[1].GetUri().GetPrefix() != "/pkg.Other/" || m[0].GetPort() != 80 {
+		t.Errorf("GRPCRoute matches %v", m)
+	}
+}
