@@ -17,6 +17,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/testutil"
@@ -164,6 +168,18 @@ spec:
   - port: {number: 8443, name: https-stolen, protocol: HTTPS}
     hosts: [stolen.example.com]
     tls: {mode: SIMPLE, credentialName: demo/stolen-cert}
+  - port: {number: 9443, name: https-broken, protocol: HTTPS}
+    hosts: [broken.example.com]
+    tls: {mode: SIMPLE, credentialName: broken-cert}
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: orphan, namespace: istio-ingress}
+spec:
+  selector: {istio: nowhere}
+  servers:
+  - port: {number: 80, name: http, protocol: HTTP}
+    hosts: ["*"]
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -250,6 +266,8 @@ func TestIngressGatewayTLS(t *testing.T) {
 	for name, data := range map[string]map[string][]byte{
 		"echo-cert": {"tls.crt": echoCert, "tls.key": echoKey},
 		"mtls-cert": {"cert": mtlsCert, "key": mtlsKey, "cacert": clientCA.pem},
+		// A Secret without a certificate and key.
+		"broken-cert": {"ca.crt": serverCA.pem},
 	} {
 		if err := putSecret(ctx, r1, ingressNamespace, name, data); err != nil {
 			t.Fatal(err)
@@ -258,9 +276,17 @@ func TestIngressGatewayTLS(t *testing.T) {
 	if err := f.Config().ApplyIstio(ctx, ingressGatewayTLS); err != nil {
 		t.Fatal(err)
 	}
+	// The gateway Pod is its Service's endpoint, as Istio's gateway chart
+	// deploys it: the registry knows its labels.
+	gwSvc, err := r1.DeployWorkload(ctx, framework.WorkloadOptions{
+		Namespace: ingressNamespace, Service: "ingressgateway", ServicePort: 443, PortName: "https", AppProtocol: "tls",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	gwPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "gw-1"})
 	gw := framework.StartTestSidecar(t, f, framework.SidecarOptions{
-		Cluster: r1, Pod: gwPod, Hub: hub, Name: "gw-1", Namespace: ingressNamespace, ServiceAccount: "ingressgateway",
+		Cluster: r1, Pod: gwPod, Hub: hub, Name: "gw-1", Namespace: ingressNamespace, Workload: gwSvc,
 		Labels: map[string]string{"istio": "ingressgateway"}, Gateway: true,
 		XDS: framework.SidecarXDSTLS, XDSTLSAddr: hub.CAAddr(),
 	})
@@ -328,6 +354,47 @@ func TestIngressGatewayTLS(t *testing.T) {
 	if err := servedBy("echo.example.com", trustServer, 101, "cluster-2/echo-0")(); err != nil {
 		t.Error(err)
 	}
+
+	// What the serving side found is on the Gateways' status: the
+	// refused Secret, the Secret without a key; a Gateway whose selector
+	// no Pod has.
+	for _, want := range []struct{ name, part string }{
+		{"tls", "spec.servers[3].tls.credentialName: in cluster cluster-1, namespace istio-ingress: the proxy's namespace is istio-ingress"},
+		{"tls", "spec.servers[4].tls.credentialName: in cluster cluster-1, namespace istio-ingress: xdsgen: credential: Secret broken-cert holds neither tls.crt and tls.key nor cert and key"},
+		{"orphan", "spec.selector: no Pod of the registry has the labels istio=nowhere"},
+	} {
+		testutil.Eventually(t, converge, poll, func() error {
+			msg, err := reconciledMessage(ctx, f, "Gateway", ingressNamespace, want.name)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(msg, want.part) {
+				return fmt.Errorf("Gateway %s's Reconciled message %q lacks %q", want.name, msg, want.part)
+			}
+			return nil
+		})
+	}
+	if msg, err := reconciledMessage(ctx, f, "Gateway", ingressNamespace, "tls"); err != nil || strings.Contains(msg, "spec.selector") {
+		t.Errorf("the served Gateway's message %q %v names its selector", msg, err)
+	}
+}
+
+// reconciledMessage is the message of the Reconciled condition of the
+// networking.istio.io object kind ns/name.
+func reconciledMessage(ctx context.Context, f *framework.Fleet, kind, ns, name string) (string, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "networking.istio.io", Version: "v1", Kind: kind})
+	if err := f.Config().Client().Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		return "", err
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m := c.(map[string]any); m["type"] == "Reconciled" {
+			msg, _ := m["message"].(string)
+			return msg, nil
+		}
+	}
+	return "", fmt.Errorf("%s %s/%s has no Reconciled condition", kind, ns, name)
 }
 
 // envoyUptime is Envoy's server.uptime in seconds: it starts again from 0

@@ -271,4 +271,21 @@ func TestGatewayAPI(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Once written, a status stays: no write loop against the
+	// apiserver's defaulting of what was written.
+	writes := func() float64 {
+		v, err := hub.MetricValue(ctx, "meshfed_config_status_writes_total", `result="ok"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	settled := writes()
+	testutil.Consistently(t, 2*time.Second, 200*time.Millisecond, func() error {
+		if w := writes(); w != settled {
+			return fmt.Errorf("status writes went from %v to %v with nothing changing", settled, w)
+		}
+		return nil
+	})
 }

@@ -303,11 +303,36 @@ func Run(ctx context.Context, opts Options) error {
 			}
 		}
 	})
+	// What only the serving side knows of Gateways (a selector no Pod
+	// has, a credential that cannot be read) joins their status.
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-xdsServer.GatewayWarningsChanged():
+				config.SetExternalWarnings("xds", xdsServer.GatewayWarnings())
+				// At most one pass over the registry a gatewayCheckInterval:
+				// signals meanwhile coalesce.
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-opts.Clock.After(gatewayCheckInterval):
+				}
+			}
+		}
+	})
 	if caServer != nil {
 		g.Go(func() error { return caServer.Run(ctx, opts.CAAddr) })
 	}
 	return g.Wait()
 }
+
+// gatewayCheckInterval spaces the checks of Gateways against the registry
+// (xds.Server.GatewayWarnings, a pass over every endpoint when Istio
+// Gateways exist): pushes come in bursts during endpoint churn, and a
+// warning a second late costs nothing.
+const gatewayCheckInterval = time.Second
 
 // remoteParts are the parts that watch the remote clusters: the provider
 // of their clients (from the remote secrets), the watcher that feeds the

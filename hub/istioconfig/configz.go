@@ -16,7 +16,7 @@ func (w *Watcher) Configz() debugdoc.Configz {
 		AbsentKinds: slices.Sorted(slices.Values(w.absent))}
 	for k, e := range w.entries {
 		o := configzObject(k, e, w.lost[k])
-		o.Warnings = w.warnings[k]
+		o.Warnings = w.warningsLocked(k)
 		doc.Objects = append(doc.Objects, o)
 	}
 	w.mu.Unlock()

@@ -42,7 +42,7 @@ func (w *Watcher) writeNext(ctx context.Context) bool {
 // unless it carries it already.
 func (w *Watcher) writeStatus(ctx context.Context, k istioconfig.Key) error {
 	w.mu.Lock()
-	e, lost, warnings, snap := w.entries[k], w.lost[k], w.warnings[k], w.snap
+	e, lost, warnings, snap := w.entries[k], w.lost[k], w.warningsLocked(k), w.snap
 	w.mu.Unlock()
 	if e == nil {
 		delete(w.patchedFrom, k) // gone

@@ -85,8 +85,10 @@ type Watcher struct {
 	gen  uint64
 	lost map[istioconfig.Key][]istioconfig.Shadowed
 	// warnings are what is wrong between objects, in snap
-	// (istioconfig.Snapshot.Warnings).
+	// (istioconfig.Snapshot.Warnings); external those others found
+	// (SetExternalWarnings), by source.
 	warnings map[istioconfig.Key][]string
+	external map[string]map[istioconfig.Key][]string
 	synced   bool
 
 	// crds says, by kind, whether the config cluster has a CRD that
@@ -216,6 +218,42 @@ func (w *Watcher) watchError(ctx context.Context, r *toolscache.Reflector, err e
 	// Kinds are watched only while their CRD exists; a CRD removed under
 	// a running watch fails it until the loop stops it.
 	w.log.Error(err, "watching Istio config failed; retrying", "reflector", r.TypeDescription())
+}
+
+// SetExternalWarnings sets the warnings that source (another part of the
+// hub) finds about objects, such as a Gateway's credential that cannot be
+// read: they join the objects' own in their status, /debug/configz and
+// meshfed_config_objects_with_warnings, replacing what source set before.
+// It does not block.
+func (w *Watcher) SetExternalWarnings(source string, warnings map[istioconfig.Key][]string) {
+	w.mu.Lock()
+	if w.external == nil {
+		w.external = map[string]map[istioconfig.Key][]string{}
+	}
+	same := len(w.external[source]) == len(warnings)
+	for k, v := range warnings {
+		same = same && slices.Equal(w.external[source][k], v)
+	}
+	w.external[source] = warnings
+	w.mu.Unlock()
+	if !same {
+		w.poke()
+	}
+}
+
+// warningsLocked are k's warnings, its own and external, sorted; the
+// caller holds mu.
+func (w *Watcher) warningsLocked(k istioconfig.Key) []string {
+	out := w.warnings[k]
+	for _, src := range w.external {
+		if ws := src[k]; len(ws) > 0 {
+			out = append(slices.Clone(out), ws...)
+		}
+	}
+	if len(out) > len(w.warnings[k]) {
+		slices.Sort(out)
+	}
+	return out
 }
 
 // RecheckStatus makes the watcher compare every object's status again,
@@ -467,7 +505,8 @@ func (w *Watcher) queueStatus() {
 	for k, e := range w.entries {
 		lost := w.lost[k]
 		states[k] = e.state(lost)
-		if len(w.warnings[k]) > 0 {
+		warnings := w.warningsLocked(k)
+		if len(warnings) > 0 {
 			warned[k.Kind]++
 		}
 		if validate.IsGatewayAPI(k.Kind) {
@@ -476,7 +515,7 @@ func (w *Watcher) queueStatus() {
 			}
 			continue
 		}
-		if want := e.desired(lost, w.warnings[k]); e.seen.needsWrite(want) {
+		if want := e.desired(lost, warnings); e.seen.needsWrite(want) {
 			todo = append(todo, due{k, e.seen, want})
 		}
 	}

@@ -1,8 +1,11 @@
 package xds
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -13,6 +16,8 @@ import (
 
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/pkg/istioconfig"
+	"github.com/meshfed/meshfed/pkg/model"
+	waitutil "github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
@@ -93,4 +98,36 @@ func unmarshalRoute(t *testing.T, r interface {
 		t.Fatal(err)
 	}
 	return rc
+}
+
+// TestGatewayWarnings: after a push, an Istio Gateway whose selector no
+// Pod of the registry has is warned about, and the warning goes once a
+// Pod with those labels is an endpoint; each change is signalled.
+func TestGatewayWarnings(t *testing.T) {
+	st := store.New(store.Options{Self: "test"})
+	write := storeWriter(t, st)
+	write(shard("c1", "r1", "10.0.0.5"))
+	s := runServer(t, Options{Registry: st})
+	gw := &istioconfig.Gateway{Meta: istioconfig.Meta{Key: istioconfig.Key{Kind: "Gateway", Namespace: "ingress", Name: "public"}, Generation: 1},
+		Spec: &networking.Gateway{Selector: map[string]string{"istio": "ingressgateway"}, Servers: []*networking.Server{{
+			Port: &networking.Port{Number: 80, Name: "http", Protocol: "HTTP"}, Hosts: []string{"*"},
+		}}}}
+	s.SetConfig(configOf(gw))
+	waitutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		w := s.GatewayWarnings()[gw.Key]
+		if len(w) != 1 || !strings.HasPrefix(w[0], "spec.selector: no Pod of the registry has the labels istio=ingressgateway") {
+			return fmt.Errorf("warnings %q", w)
+		}
+		return nil
+	})
+	<-s.GatewayWarningsChanged() // signalled by the push
+	sh := shard("c1", "r1", "10.0.0.5")
+	sh[echo].Endpoints[0].Labels = model.NewLabels(map[string]string{"istio": "ingressgateway"})
+	write(sh)
+	waitutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if w := s.GatewayWarnings()[gw.Key]; len(w) != 0 {
+			return fmt.Errorf("warnings %q with a Pod of the labels", w)
+		}
+		return nil
+	})
 }

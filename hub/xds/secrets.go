@@ -81,6 +81,7 @@ func (nc *nodeCredentials) want(subscribed map[string]struct{}, authenticated bo
 			}
 			delete(nc.names, name)
 			gone = append(gone, name)
+			nc.report(name, "")
 		}
 	}
 	if len(gone) > 0 {
@@ -97,11 +98,15 @@ func (nc *nodeCredentials) want(subscribed map[string]struct{}, authenticated bo
 		}
 		switch {
 		case !authenticated:
-			nc.refuse(name, credentialUnauthenticated, "the stream is not authenticated: credentials are served on the authenticated port only")
+			why := "the stream is not authenticated: credentials are served on the authenticated port only"
+			nc.refuse(name, credentialUnauthenticated, why)
+			nc.report(name, why)
 			nc.names[name] = nil
 			continue
 		case ref.Namespace != "" && ref.Namespace != nc.namespace:
-			nc.refuse(name, credentialOtherNamespace, "the proxy's namespace is "+nc.namespace+": it may read only its own Secrets")
+			why := "the proxy's namespace is " + nc.namespace + ": it may read only its own Secrets"
+			nc.refuse(name, credentialOtherNamespace, why)
+			nc.report(name, why)
 			nc.names[name] = nil
 			continue
 		}
@@ -149,9 +154,18 @@ func (nc *nodeCredentials) refresh(name string, ref xdsgen.CredentialRef) {
 	if err != nil {
 		nc.refuse(name, credentialUnreadable, err.Error())
 		_ = nc.cache.UpdateResources(nil, []string{name})
+		nc.report(name, err.Error())
 		return
 	}
 	_ = nc.cache.UpdateResources(map[string]types.Resource{name: secret}, nil)
+	nc.report(name, "")
+}
+
+// report records name's problem ("" for none) for GatewayWarnings.
+func (nc *nodeCredentials) report(name, problem string) {
+	if nc.s.credentialReports.set(nc, name, problem) {
+		nc.s.signalGatewayChecks()
+	}
 }
 
 // refuse counts and logs (at a bounded rate) a credential not served.
@@ -166,6 +180,9 @@ func (nc *nodeCredentials) refuse(name, reason, why string) {
 // close stops every watch of the node's credentials: its last stream
 // closed.
 func (nc *nodeCredentials) close() {
+	if nc.s.credentialReports.forget(nc) {
+		nc.s.signalGatewayChecks()
+	}
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	nc.closed = true

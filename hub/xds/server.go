@@ -129,6 +129,10 @@ type Server struct {
 	// config is the newest Istio configuration (SetConfig); the push loop
 	// applies it.
 	config configBox
+	// credentialReports are the credentials not served, for
+	// GatewayWarnings; gatewayChecks signals (capacity 1) a change.
+	credentialReports credentialReports
+	gatewayChecks     chan struct{}
 }
 
 // configBox holds the newest Istio configuration handed to the server and
@@ -172,6 +176,8 @@ func New(opts Options) *Server {
 		metrics: newMetrics(opts.Metrics),
 		ready:   make(chan struct{}),
 		config:  configBox{changed: make(chan struct{}, 1)},
+
+		gatewayChecks: make(chan struct{}, 1),
 	}
 	s.status = opts.Tracker
 	if s.status == nil {
@@ -327,6 +333,7 @@ func (s *Server) push(hs []model.Hostname, configChanged bool) {
 		s.status.TouchAll()
 	}
 	s.metrics.pushDuration.Observe(s.clk.Since(start).Seconds())
+	s.signalGatewayChecks()
 }
 
 // Ledger returns the server's config ledger.

@@ -151,8 +151,9 @@ func originationALPN(p model.Protocol) []string {
 	return nil
 }
 
-// noSDSReason is the note of a credential that would come from SDS.
-const noSDSReason = "the hub serves no SDS secrets: the cluster warms only after Envoy's initial fetch timeout (15 s) and its TLS handshakes fail"
+// noSDSReason is the note of a credential that comes from SDS: the hub
+// serves it under conditions (hub/xds secrets.go).
+const noSDSReason = "served from the Secret of the proxy's namespace in its own cluster, to proxies on the authenticated port (15012) only: elsewhere the cluster warms after Envoy's initial fetch timeout (15 s) and its TLS handshakes fail"
 
 // originationTLS is the transport socket of an Envoy cluster of host's
 // port of protocol p originating TLS under t (mode SIMPLE or MUTUAL):

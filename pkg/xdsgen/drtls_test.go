@@ -319,7 +319,7 @@ subsets:
 - name: v1
   trafficPolicy: {tls: {mode: ISTIO_MUTUAL, sni: x.example.com}}`)
 	checkNotes(t, ClusterNotes(ProxyEnvoy, dr), []noteWant{
-		{ProxyEnvoy, "spec.trafficPolicy.tls.credentialName", "serves no SDS secrets"},
+		{ProxyEnvoy, "spec.trafficPolicy.tls.credentialName", "to proxies on the authenticated port (15012) only"},
 	})
 	checkNotes(t, ClusterNotes(ProxyGRPC, dr), []noteWant{
 		{ProxyGRPC, "spec.trafficPolicy.tls.mode", "MUTUAL: grpc-go takes TLS only from bootstrap certificate providers"},

@@ -121,7 +121,7 @@ func SidecarNotes(s *istioconfig.Sidecar) []RouteNote {
 			note(p+".captureMode", "not supported yet; the node's interception mode applies")
 		}
 		if in.GetTls() != nil {
-			note(p+".tls", "not supported yet (the hub serves no SDS secrets); the port's PeerAuthentication decides its TLS")
+			note(p+".tls", "not supported yet; the port's PeerAuthentication decides its TLS")
 		}
 		if in.GetConnectionPool() != nil {
 			note(p+".connectionPool", "not supported yet; dropped")

@@ -78,3 +78,13 @@ func (x Pods) Workload(cluster model.ClusterID, ip netip.Addr, fallback Workload
 	}
 	return fallback
 }
+
+// Any reports whether some Pod's workload satisfies ok.
+func (x Pods) Any(ok func(Workload) bool) bool {
+	for _, w := range x {
+		if ok(w) {
+			return true
+		}
+	}
+	return false
+}
