@@ -33,6 +33,10 @@ spec:
   gatewayClassName: istio
   listeners:
   - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+  - name: https
+    port: 443
+    protocol: HTTPS
+    tls: {certificateRefs: [{name: web-cert}]}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -101,6 +105,30 @@ func routeCondition(ctx context.Context, c client.Client, kind, ns, name, typ st
 	return "none", nil
 }
 
+// listenerCondition reads condition typ of listener of Gateway ns/name as
+// "<status>/<reason>: <message>".
+func listenerCondition(ctx context.Context, c client.Client, ns, name, listener, typ string) (string, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "Gateway"})
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		return "", err
+	}
+	ls, _, _ := unstructured.NestedSlice(u.Object, "status", "listeners")
+	for _, l := range ls {
+		m := l.(map[string]any)
+		if m["name"] != listener {
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(m, "conditions")
+		for _, cd := range conds {
+			if cm := cd.(map[string]any); cm["type"] == typ {
+				return fmt.Sprintf("%v/%v: %v", cm["status"], cm["reason"], cm["message"]), nil
+			}
+		}
+	}
+	return "none", nil
+}
+
 // TestGatewayAPI is the Gateway API part of issue #29's "Must show": the
 // hub starts on a config cluster without the Gateway API's CRDs; once they
 // are installed (no restart), a Gateway of class istio is served to the
@@ -108,8 +136,9 @@ func routeCondition(ctx context.Context, c client.Client, kind, ns, name, typ st
 // weighted split reach the backends of cluster-2 through it, as does a
 // GRPCRoute's gRPC call, a backend of
 // another namespace is refused (ResolvedRefs False, RefNotPermitted; the
-// route answers 500) until a ReferenceGrant allows it, and the status
-// conditions are read back from the apiserver.
+// route answers 500) until a ReferenceGrant allows it, a listener whose
+// certificate Secret holds none is not resolved (InvalidCertificateRef),
+// and the status conditions are read back from the apiserver.
 func TestGatewayAPI(t *testing.T) {
 	f, net, hub := sidecarFleet(t, 2, "--xds-mtls")
 	ctx := t.Context()
@@ -143,9 +172,19 @@ func TestGatewayAPI(t *testing.T) {
 		})
 	backends = append(backends, grpcSC)
 	gwPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "gw-2"})
+	// The https listener's Secret holds no certificate: the listener is
+	// not resolved, the rest serves.
+	r1 := f.Remote("cluster-1")
+	if err := r1.EnsureNamespace(ctx, ingressNamespace); err != nil {
+		t.Fatal(err)
+	}
+	if err := putSecret(ctx, r1, ingressNamespace, "web-cert", map[string][]byte{"ca.crt": []byte("not a certificate")}); err != nil {
+		t.Fatal(err)
+	}
 	gw := framework.StartTestSidecar(t, f, framework.SidecarOptions{
-		Cluster: f.Remote("cluster-1"), Pod: gwPod, Hub: hub, Name: "gw-2", Namespace: ingressNamespace, ServiceAccount: "web",
+		Cluster: r1, Pod: gwPod, Hub: hub, Name: "gw-2", Namespace: ingressNamespace, ServiceAccount: "web",
 		Labels: map[string]string{istioconfig.GatewayNameLabel: "web"}, Gateway: true,
+		XDS: framework.SidecarXDSTLS, XDSTLSAddr: hub.CAAddr(),
 	})
 	waitReady(t, append(backends, gw)...)
 
@@ -250,6 +289,17 @@ func TestGatewayAPI(t *testing.T) {
 			return nil
 		})
 	}
+	testutil.Eventually(t, converge, poll, func() error {
+		got, err := listenerCondition(ctx, c, ingressNamespace, "web", "https", "ResolvedRefs")
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(got, "False/InvalidCertificateRef: in cluster cluster-1, namespace istio-ingress: xdsgen: credential: Secret web-cert holds neither") {
+			return fmt.Errorf("listener https ResolvedRefs %s", got)
+		}
+		return nil
+	})
+
 	// The cross-namespace backend is refused: 500, until a ReferenceGrant.
 	if code, body, err := get("cross.example.com", ""); err != nil || code != http.StatusInternalServerError {
 		t.Errorf("cross.example.com without a ReferenceGrant: %d %s %v, want 500", code, body, err)

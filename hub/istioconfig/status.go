@@ -53,7 +53,7 @@ func (w *Watcher) writeStatus(ctx context.Context, k istioconfig.Key) error {
 		if !ok || e.obj == nil {
 			return nil
 		}
-		return w.writeAPIStatus(ctx, k, e, want)
+		return w.writeAPIStatus(ctx, k, e, istioconfig.WithListenerProblems(want, warnings))
 	}
 	want := e.desired(lost, warnings)
 	u, err := w.get(ctx, w.cache, k)

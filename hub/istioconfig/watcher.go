@@ -429,7 +429,11 @@ func (w *Watcher) round(ctx context.Context, first bool) {
 	w.mu.Unlock()
 
 	if changed {
-		snap := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{DomainSuffix: w.opts.DomainSuffix, RootNamespace: w.opts.RootNamespace}, objs)
+		w.mu.Lock()
+		prev := w.snap
+		w.mu.Unlock()
+		snap := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{DomainSuffix: w.opts.DomainSuffix, RootNamespace: w.opts.RootNamespace,
+			Previous: prev}, objs)
 		lost := map[istioconfig.Key][]istioconfig.Shadowed{}
 		for _, s := range snap.Shadowed() {
 			lost[s.Lost] = append(lost[s.Lost], s)
@@ -510,7 +514,8 @@ func (w *Watcher) queueStatus() {
 			warned[k.Kind]++
 		}
 		if validate.IsGatewayAPI(k.Kind) {
-			if want, ok := w.snap.GatewayAPIStatus(k); ok && e.obj != nil && apiStatusDue(k.Kind, e.apiStatus, want) {
+			if want, ok := w.snap.GatewayAPIStatus(k); ok && e.obj != nil &&
+				apiStatusDue(k.Kind, e.apiStatus, istioconfig.WithListenerProblems(want, warnings)) {
 				todo = append(todo, due{k: k})
 			}
 			continue

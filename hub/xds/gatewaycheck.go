@@ -99,7 +99,9 @@ func (s *Server) signalGatewayChecks() {
 }
 
 // GatewayWarnings returns the warnings this replica finds on the Istio
-// Gateways of the configuration last pushed: a selector no Pod of the
+// Gateways of the configuration last pushed (and the Gateway API's, whose
+// listeners' certificates it reports, istioconfig.ListenerProblem): a
+// selector no Pod of the
 // registry has the labels of (the registry knows the Pods behind the
 // Services of its clusters, a gateway's among them), and a credentialName
 // whose Secret could not make a credential for a gateway proxy of this
@@ -107,18 +109,28 @@ func (s *Server) signalGatewayChecks() {
 // configuration has Istio Gateways.
 func (s *Server) GatewayWarnings() map[istioconfig.Key][]string {
 	v := s.cache.view.Load()
+	problems := s.credentialReports.problems()
+	out := map[istioconfig.Key][]string{}
 	var gws []*istioconfig.Gateway
 	for _, g := range v.cfg.Gateways() {
-		if !g.Namespaced { // the Gateway API's report on their own objects
+		if !g.Namespaced {
 			gws = append(gws, g)
+			continue
+		}
+		if g.Spec == nil {
+			continue
+		}
+		// A Gateway API Gateway: its listeners' certificates, on it.
+		for _, srv := range g.Spec.GetServers() {
+			for _, p := range problems[srv.GetTls().GetCredentialName()] {
+				out[g.From] = append(out[g.From], istioconfig.ListenerProblem(srv.GetPort().GetName(), p))
+			}
 		}
 	}
 	if len(gws) == 0 {
-		return nil
+		return out
 	}
 	pods := xdsgen.IndexPods(s.opts.Registry.Services())
-	problems := s.credentialReports.problems()
-	out := map[istioconfig.Key][]string{}
 	for _, g := range gws {
 		if sel := g.Spec.GetSelector(); len(sel) > 0 && !pods.Any(func(w xdsgen.Workload) bool { return w.Labels.Match(sel) }) {
 			out[g.Key] = append(out[g.Key], fmt.Sprintf("spec.selector: no Pod of the registry has the labels %s: no gateway proxy is known to serve this Gateway",

@@ -105,9 +105,13 @@ type Snapshot struct {
 	gateways      gatewayIndex
 	warnings      map[Key][]string
 	apiStatus     map[Key]GatewayAPIStatus
-	entries       entryIndex
-	sources       []sourceRule // conditions on clients (RouteClass)
-	shadowed      []Shadowed
+	// apiInputs are the Gateway API's objects, by key; api what they
+	// were translated into.
+	apiInputs []Object
+	api       gatewayAPIResult
+	entries   entryIndex
+	sources   []sourceRule // conditions on clients (RouteClass)
+	shadowed  []Shadowed
 }
 
 // SnapshotOptions say how a Snapshot reads names.
@@ -118,6 +122,12 @@ type SnapshotOptions struct {
 	// RootNamespace holds mesh-wide policy (Istio's
 	// meshConfig.rootNamespace). Default DefaultRootNamespace.
 	RootNamespace string
+	// Previous is the snapshot this one follows, if any: what was
+	// derived from objects both hold (the same pointers) is reused, so
+	// that it keeps its identity (the Gateway API's translation, whose
+	// Gateways and VirtualServices a gateway proxy's state compares by
+	// pointer).
+	Previous *Snapshot
 }
 
 // NewSnapshot indexes objs, which must be valid (validate.Spec accepted
@@ -142,7 +152,14 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 	s.security.sort()
 	// The Gateway API's objects, translated into Gateways and
 	// VirtualServices bound to them (never to the mesh).
-	api := translateGatewayAPI(s.objects, domainSuffix)
+	s.apiInputs = gatewayAPIInputs(s.objects)
+	var api gatewayAPIResult
+	if p := opts.Previous; p != nil && p.domainSuffix == domainSuffix && slices.Equal(p.apiInputs, s.apiInputs) {
+		api = p.api
+	} else {
+		api = translateGatewayAPI(s.objects, domainSuffix)
+	}
+	s.api = api
 	for _, o := range api.objects {
 		s.gateways.add(o)
 	}

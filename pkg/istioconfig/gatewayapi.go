@@ -132,6 +132,20 @@ type apiTranslator struct {
 	attached map[Key]map[gwv1.SectionName]int32
 }
 
+// gatewayAPIInputs are the Gateway API's objects of objects, sorted by
+// key: what translateGatewayAPI reads.
+func gatewayAPIInputs(objects map[Key]Object) []Object {
+	var out []Object
+	for _, o := range objects {
+		switch o.(type) {
+		case *GatewayClass, *KubeGateway, *HTTPRoute, *GRPCRoute, *TLSRoute, *ReferenceGrant:
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b Object) int { return compareKeys(a.meta().Key, b.meta().Key) })
+	return out
+}
+
 // translateGatewayAPI translates the Gateway API objects of objects.
 func translateGatewayAPI(objects map[Key]Object, domainSuffix string) gatewayAPIResult {
 	t := &apiTranslator{domainSuffix: domainSuffix, classes: map[string]*GatewayClass{}, gateways: map[Key]*KubeGateway{},
@@ -805,4 +819,55 @@ func (t *apiTranslator) filter(ns string, f gwv1.HTTPRouteFilter, out *networkin
 			out.Mirrors = append(out.Mirrors, mp)
 		}
 	}
+}
+
+// listenerProblemPrefix starts a warning on a Gateway API Gateway's
+// listener: "spec.listeners[<name>].tls.certificateRefs: <problem>".
+const listenerProblemPrefix = "spec.listeners["
+
+// ListenerProblem is the warning that listener's certificate cannot be
+// served (problem says why, and where).
+func ListenerProblem(listener, problem string) string {
+	return listenerProblemPrefix + listener + "].tls.certificateRefs: " + problem
+}
+
+// WithListenerProblems returns st with the listeners that warnings
+// (ListenerProblem's, others ignored) name not resolved: ResolvedRefs
+// False (InvalidCertificateRef) and Programmed False, the problems as the
+// message. st is not modified.
+func WithListenerProblems(st GatewayAPIStatus, warnings []string) GatewayAPIStatus {
+	byListener := map[string][]string{}
+	for _, w := range warnings {
+		rest, ok := strings.CutPrefix(w, listenerProblemPrefix)
+		if !ok {
+			continue
+		}
+		name, problem, ok := strings.Cut(rest, "].tls.certificateRefs: ")
+		if ok {
+			byListener[name] = append(byListener[name], problem)
+		}
+	}
+	if len(byListener) == 0 {
+		return st
+	}
+	out := st
+	out.Listeners = slices.Clone(st.Listeners)
+	for i, l := range out.Listeners {
+		problems := byListener[string(l.Name)]
+		if len(problems) == 0 {
+			continue
+		}
+		msg := strings.Join(problems, "; ")
+		conds := slices.Clone(l.Conditions)
+		for j, c := range conds {
+			switch c.Type {
+			case string(gwv1.ListenerConditionResolvedRefs):
+				conds[j] = condition(c.Type, false, string(gwv1.ListenerReasonInvalidCertificateRef), msg, c.ObservedGeneration)
+			case string(gwv1.ListenerConditionProgrammed):
+				conds[j] = condition(c.Type, false, string(gwv1.ListenerReasonInvalid), msg, c.ObservedGeneration)
+			}
+		}
+		out.Listeners[i].Conditions = conds
+	}
+	return out
 }

@@ -197,3 +197,47 @@ func TestGatewayAPITLSAndGRPC(t *testing.T) {
 		t.Errorf("GRPCRoute matches %v", m)
 	}
 }
+
+// TestGatewayAPITranslationReused: a snapshot that follows another with
+// the same Gateway API objects keeps their translation, pointers and all
+// (a gateway proxy is regenerated only when they change); one changed
+// route translates again.
+func TestGatewayAPITranslationReused(t *testing.T) {
+	gw := apiObject(t, "KubernetesGateway", "ingress", "web", `{"gatewayClassName":"istio","listeners":[{"name":"http","port":80,"protocol":"HTTP"}]}`)
+	route := apiObject(t, "HTTPRoute", "ingress", "r", `{"parentRefs":[{"name":"web"}],"rules":[{"backendRefs":[{"name":"echo","port":8080}]}]}`)
+	vs := vs("demo", "unrelated", 0, nil, "a")
+	s1 := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{gw, route})
+	s2 := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{Previous: s1}, []istioconfig.Object{gw, route, vs})
+	labels := model.NewLabels(map[string]string{istioconfig.GatewayNameLabel: "web"})
+	g1, g2 := s1.GatewaysFor("ingress", labels), s2.GatewaysFor("ingress", labels)
+	if len(g1) != 1 || len(g2) != 1 || g1[0] != g2[0] || s1.GatewayRoutes(g1[0].Key)[0] != s2.GatewayRoutes(g2[0].Key)[0] {
+		t.Errorf("an unrelated change translated the Gateway API again")
+	}
+	route2 := apiObject(t, "HTTPRoute", "ingress", "r", `{"parentRefs":[{"name":"web"}],"rules":[{"backendRefs":[{"name":"echo","port":9090}]}]}`)
+	s3 := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{Previous: s2}, []istioconfig.Object{gw, route2, vs})
+	r3 := s3.GatewayRoutes(s3.GatewaysFor("ingress", labels)[0].Key)
+	if len(r3) != 1 || r3[0].Spec.GetHttp()[0].GetRoute()[0].GetDestination().GetPort().GetNumber() != 9090 {
+		t.Errorf("a changed route was not translated again: %v", r3)
+	}
+}
+
+// TestWithListenerProblems: a credential problem of a listener makes it
+// unresolved and unprogrammed, with the problem as message; other
+// listeners and the original status are untouched.
+func TestWithListenerProblems(t *testing.T) {
+	snap := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{
+		apiObject(t, "KubernetesGateway", "ingress", "web", `{"gatewayClassName":"istio","listeners":[
+			{"name":"http","port":80,"protocol":"HTTP"},
+			{"name":"https","port":443,"protocol":"HTTPS","tls":{"certificateRefs":[{"name":"c"}]}}]}`),
+	})
+	st, _ := snap.GatewayAPIStatus(istioconfig.Key{Kind: "KubernetesGateway", Namespace: "ingress", Name: "web"})
+	got := istioconfig.WithListenerProblems(st, []string{istioconfig.ListenerProblem("https", "no key"), "spec.selector: unrelated"})
+	l := got.Listeners[1]
+	if l.Conditions[2].Status != "False" || l.Conditions[2].Reason != "InvalidCertificateRef" || l.Conditions[2].Message != "no key" ||
+		l.Conditions[1].Status != "False" {
+		t.Errorf("https listener %+v", l.Conditions)
+	}
+	if got.Listeners[0].Conditions[2].Status != "True" || st.Listeners[1].Conditions[2].Status != "True" {
+		t.Errorf("another listener or the original status changed")
+	}
+}
