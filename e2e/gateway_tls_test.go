@@ -293,7 +293,9 @@ func TestIngressGatewayTLS(t *testing.T) {
 	waitReady(t, gw, backend)
 
 	client := framework.NewTestPod(t, net, framework.PodOptions{Name: "tls-client"})
-	addr := gwPod.IP().String() + ":443"
+	// The Gateway's 443 is the Service's port: the gateway listens on its
+	// target port, as istiod binds it.
+	addr := fmt.Sprintf("%s:%d", gwPod.IP(), gwSvc.TargetPort())
 	trustServer := &tls.Config{RootCAs: serverCA.pool(), MinVersion: tls.VersionTLS12}
 	servedBy := func(sni string, cfg *tls.Config, wantSerial int64, wantIdentity string) func() error {
 		return func() error {

@@ -213,7 +213,7 @@ func (t *apiTranslator) gateway(g *KubeGateway) {
 	}
 	st := GatewayAPIStatus{}
 	for _, l := range g.Spec.Listeners {
-		ls := gwv1.ListenerStatus{Name: l.Name, SupportedKinds: supportedKinds(l.Protocol), AttachedRoutes: t.attached[g.Key][l.Name]}
+		ls := gwv1.ListenerStatus{Name: l.Name, SupportedKinds: listenerKinds(l), AttachedRoutes: t.attached[g.Key][l.Name]}
 		srv, reason, msg := t.server(g, l)
 		resolved := reason == ""
 		if srv != nil {
@@ -253,6 +253,20 @@ func supportedKinds(p gwv1.ProtocolType) []gwv1.RouteGroupKind {
 		return []gwv1.RouteGroupKind{{Group: &group, Kind: "TLSRoute"}}
 	}
 	return []gwv1.RouteGroupKind{}
+}
+
+// listenerKinds are the route kinds listener l takes: those of its
+// protocol, narrowed to allowedRoutes.kinds when it names some.
+func listenerKinds(l gwv1.Listener) []gwv1.RouteGroupKind {
+	kinds := supportedKinds(l.Protocol)
+	if l.AllowedRoutes == nil || len(l.AllowedRoutes.Kinds) == 0 {
+		return kinds
+	}
+	return slices.DeleteFunc(kinds, func(k gwv1.RouteGroupKind) bool {
+		return !slices.ContainsFunc(l.AllowedRoutes.Kinds, func(a gwv1.RouteGroupKind) bool {
+			return a.Kind == k.Kind && (a.Group == nil || string(*a.Group) == gwv1.GroupName)
+		})
+	})
 }
 
 // server translates listener l of g; reason and msg say what is wrong
@@ -406,7 +420,7 @@ func (t *apiTranslator) attach(ro routeOf, p gwv1.ParentReference) (hosts []stri
 		if (p.SectionName != nil && *p.SectionName != l.Name) || (p.Port != nil && *p.Port != l.Port) {
 			continue
 		}
-		if !slices.ContainsFunc(supportedKinds(l.Protocol), func(k gwv1.RouteGroupKind) bool { return string(k.Kind) == ro.kind }) {
+		if !slices.ContainsFunc(listenerKinds(l), func(k gwv1.RouteGroupKind) bool { return string(k.Kind) == ro.kind }) {
 			continue
 		}
 		if !allowsNamespace(l, g.Namespace, ro.key.Namespace) {

@@ -160,7 +160,7 @@ func TestGatewayAPITLSAndGRPC(t *testing.T) {
 	objs := []istioconfig.Object{
 		apiObject(t, "KubernetesGateway", "ingress", "edge", `{"gatewayClassName":"istio","listeners":[
 			{"name":"pass","port":443,"protocol":"TLS","tls":{"mode":"Passthrough"}},
-			{"name":"grpc","port":80,"protocol":"HTTP"},
+			{"name":"grpc","port":80,"protocol":"HTTP","allowedRoutes":{"kinds":[{"kind":"GRPCRoute"}]}},
 			{"name":"remote-cert","port":8443,"protocol":"HTTPS","tls":{"certificateRefs":[{"name":"c","namespace":"certs"}]}}]}`),
 		apiObject(t, "TLSRoute", "ingress", "pass", `{"parentRefs":[{"name":"edge"}],"hostnames":["pass.example.com"],
 			"rules":[{"backendRefs":[{"name":"secure","port":9443}]}]}`),
@@ -195,6 +195,10 @@ func TestGatewayAPITLSAndGRPC(t *testing.T) {
 	m := grpcVS.Spec.GetHttp()[0].GetMatch()
 	if len(m) != 2 || m[0].GetUri().GetExact() != "/pkg.Svc/Call" || m[1].GetUri().GetPrefix() != "/pkg.Other/" || m[0].GetPort() != 80 {
 		t.Errorf("GRPCRoute matches %v", m)
+	}
+	// The grpc listener allows GRPCRoutes only.
+	if k := gst.Listeners[1].SupportedKinds; len(k) != 1 || k[0].Kind != "GRPCRoute" {
+		t.Errorf("grpc listener's kinds %v", k)
 	}
 }
 

@@ -2,6 +2,7 @@ package xdsgen
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,9 @@ import (
 //	     per host where a bound VirtualService's hosts meet a server's,
 //	     the VirtualServices' HTTP rules in order, oldest first
 //	CDS  every service's outbound clusters, as sidecars get them
+//
+// A server's port is the port of the gateway's Service: the listener binds
+// its target port (RouterPorts), as istiod does.
 //
 // The servers of every Gateway that selects the proxy are merged by port,
 // oldest Gateway first; a server whose protocol class (plaintext HTTP,
@@ -145,8 +149,47 @@ func gatewayPorts(gws []*istioconfig.Gateway) ([]gatewayPort, []GatewayNote) {
 	return ports, notes
 }
 
+// RouterPorts maps the ports of a router's Services to the ports its Pod
+// serves them on (their target ports), where they differ: a server of a
+// Gateway on port 80 of a Service whose targetPort is 8080 is a listener
+// on 8080, as istiod binds it.
+type RouterPorts map[uint32]uint32
+
+// Bind is the port a server on port listens on.
+func (r RouterPorts) Bind(port uint32) uint32 {
+	if t, ok := r[port]; ok {
+		return t
+	}
+	return port
+}
+
+// RouterTargetPorts returns the target ports of the Services whose
+// endpoints include the router at ip in cluster (RouterPorts).
+func RouterTargetPorts(services []*model.MergedService, cluster model.ClusterID, ip netip.Addr) RouterPorts {
+	var out RouterPorts
+	ip = ip.Unmap()
+	for _, ms := range services {
+		for i := range ms.Endpoints {
+			e := &ms.Endpoints[i]
+			if e.Cluster != cluster || e.Address.Unmap() != ip {
+				continue
+			}
+			for _, sp := range ms.Service.Ports {
+				if t := e.Ports[sp.Name]; t != 0 && t != sp.Port && validPort(t) {
+					if out == nil {
+						out = RouterPorts{}
+					}
+					out[sp.Port] = t
+				}
+			}
+		}
+	}
+	return out
+}
+
 // GatewayHTTPRouteName is the name of the route configuration of a
-// router's plaintext HTTP listener on port: "http.<port>", istiod's.
+// router's plaintext HTTP listener on port: "http.<port>", istiod's (the
+// port the listener binds).
 func GatewayHTTPRouteName(port uint32) string { return "http." + strconv.FormatUint(uint64(port), 10) }
 
 // GatewayHTTPSRouteName is the name of the route configuration of the
@@ -178,16 +221,17 @@ func newGatewayInputs(gws []*istioconfig.Gateway, services []*model.MergedServic
 // RouterListeners returns the listeners of a router proxy selected by
 // gws (oldest first) under cfg, sorted by name, and the notes on what of
 // the Gateways it does not get. It is pure.
-func RouterListeners(gws []*istioconfig.Gateway, services []*model.MergedService, cfg *istioconfig.Snapshot, opts Options) ([]*listenerv3.Listener, []GatewayNote) {
+func RouterListeners(gws []*istioconfig.Gateway, ports RouterPorts, services []*model.MergedService, cfg *istioconfig.Snapshot, opts Options) ([]*listenerv3.Listener, []GatewayNote) {
 	in := newGatewayInputs(gws, services, cfg, opts)
-	ports, notes := gatewayPorts(gws)
+	served, notes := gatewayPorts(gws)
 	var out []*listenerv3.Listener
-	for _, p := range ports {
+	for _, p := range served {
 		var chains []*listenerv3.FilterChain
 		var filters []*listenerv3.ListenerFilter
+		bind := ports.Bind(p.port)
 		switch p.class {
 		case classHTTP:
-			chains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{gatewayHCM(p.port, GatewayHTTPRouteName(p.port))}}}
+			chains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{gatewayHCM(bind, GatewayHTTPRouteName(bind))}}}
 		case classTLS:
 			chains = in.tlsChains(p)
 			filters = []*listenerv3.ListenerFilter{tlsInspector()}
@@ -202,8 +246,8 @@ func RouterListeners(gws []*istioconfig.Gateway, services []*model.MergedService
 			continue
 		}
 		out = append(out, &listenerv3.Listener{
-			Name:             SidecarListenerName(wildcard, p.port),
-			Address:          socketAddress(wildcard, p.port),
+			Name:             SidecarListenerName(wildcard, bind),
+			Address:          socketAddress(wildcard, bind),
 			ListenerFilters:  filters,
 			FilterChains:     chains,
 			TrafficDirection: corev3.TrafficDirection_OUTBOUND,
@@ -485,14 +529,14 @@ func tlsParams(t *networking.ServerTLSSettings) *tlsv3.TlsParameters {
 // rule), holding the routes of those VirtualServices in order, oldest
 // first. A server with httpsRedirect redirects its hosts' plaintext
 // requests to HTTPS. It is pure.
-func RouterRoutes(gws []*istioconfig.Gateway, services []*model.MergedService, cfg *istioconfig.Snapshot, opts Options) []*routev3.RouteConfiguration {
+func RouterRoutes(gws []*istioconfig.Gateway, ports RouterPorts, services []*model.MergedService, cfg *istioconfig.Snapshot, opts Options) []*routev3.RouteConfiguration {
 	in := newGatewayInputs(gws, services, cfg, opts)
-	ports, _ := gatewayPorts(gws)
+	served, _ := gatewayPorts(gws)
 	var out []*routev3.RouteConfiguration
-	for _, p := range ports {
+	for _, p := range served {
 		switch p.class {
 		case classHTTP:
-			out = append(out, in.routeConfig(GatewayHTTPRouteName(p.port), p.port, p.servers))
+			out = append(out, in.routeConfig(GatewayHTTPRouteName(ports.Bind(p.port)), p.port, p.servers))
 		case classTLS:
 			for _, s := range p.servers {
 				if s.terminates() {

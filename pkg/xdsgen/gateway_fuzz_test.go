@@ -38,7 +38,7 @@ func FuzzRouterResources(f *testing.F) {
 			Spec: vsMsg.(*networking.VirtualService)}
 		cfg := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{gw, vs})
 		gws := []*istioconfig.Gateway{gw}
-		ls, _ := RouterListeners(gws, services, cfg, Options{})
+		ls, _ := RouterListeners(gws, nil, services, cfg, Options{})
 		for _, l := range ls {
 			if _, errs := validateDeep(l); len(errs) > 0 {
 				t.Fatalf("listener %s: %v\ngateway: %s\nvirtual service: %s", l.GetName(), errs, gwSpec, vsSpec)
@@ -52,7 +52,7 @@ func FuzzRouterResources(f *testing.F) {
 				seen[key] = true
 			}
 		}
-		for _, rc := range RouterRoutes(gws, services, cfg, Options{}) {
+		for _, rc := range RouterRoutes(gws, nil, services, cfg, Options{}) {
 			if _, errs := validateDeep(rc); len(errs) > 0 {
 				t.Fatalf("route %s: %v\ngateway: %s\nvirtual service: %s", rc.GetName(), errs, gwSpec, vsSpec)
 			}

@@ -1,6 +1,7 @@
 package xdsgen
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -50,8 +51,8 @@ func routerOf(t *testing.T, cfg *istioconfig.Snapshot, labels map[string]string)
 	t.Helper()
 	gws := cfg.GatewaysFor("ingress", model.NewLabels(labels))
 	services := []*model.MergedService{fleet(true)}
-	ls, notes := RouterListeners(gws, services, cfg, Options{})
-	rs := RouterRoutes(gws, services, cfg, Options{})
+	ls, notes := RouterListeners(gws, nil, services, cfg, Options{})
+	rs := RouterRoutes(gws, nil, services, cfg, Options{})
 	for _, l := range ls {
 		checkValid(t, "listener "+l.GetName(), l)
 	}
@@ -292,5 +293,40 @@ func TestGatewayConfigNotes(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("notes\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestRouterTargetPorts: a server on the Service port 80 of a gateway
+// whose Pod serves it on 8080 is a listener on 8080 with routes
+// http.8080, as istiod binds it; the Gateway's port still decides which
+// matches apply.
+func TestRouterTargetPorts(t *testing.T) {
+	gwSvc := svcOn("ingressgateway", "ingress", 80, model.ProtocolHTTP)
+	gwSvc.Service.Ports[0].Name = "http2"
+	gwSvc.Endpoints = []model.Endpoint{{Cluster: "cluster-1", Address: netip.MustParseAddr("10.9.0.1"), Ready: true,
+		Ports: map[string]uint32{"http2": 8080}}}
+	services := []*model.MergedService{fleet(true), gwSvc}
+	ports := RouterTargetPorts(services, "cluster-1", netip.MustParseAddr("10.9.0.1"))
+	if ports.Bind(80) != 8080 || ports.Bind(443) != 443 {
+		t.Fatalf("ports %v", ports)
+	}
+	if other := RouterTargetPorts(services, "cluster-2", netip.MustParseAddr("10.9.0.1")); len(other) != 0 {
+		t.Errorf("another cluster's Pod at the address: %v", other)
+	}
+	cfg := gatewayConfig(t,
+		gwObj{validate.KindGateway, "ingress", "public", 1, `{"selector":{"istio":"ingressgateway"},"servers":[
+			{"port":{"number":80,"name":"http","protocol":"HTTP"},"hosts":["*"]}]}`},
+		gwObj{validate.KindVirtualService, "ingress", "echo", 1, `{"hosts":["a.example.com"],"gateways":["public"],
+			"http":[{"match":[{"port":80}],"route":[{"destination":{"host":"echo.demo.svc.cluster.local","port":{"number":9090}}}]}]}`},
+	)
+	gws := cfg.GatewaysFor("ingress", model.NewLabels(map[string]string{"istio": "ingressgateway"}))
+	ls, _ := RouterListeners(gws, ports, services, cfg, Options{})
+	if len(ls) != 1 || ls[0].GetName() != "0.0.0.0_8080" || ls[0].GetAddress().GetSocketAddress().GetPortValue() != 8080 ||
+		chainHCM(t, ls[0].GetFilterChains()[0]).GetRds().GetRouteConfigName() != "http.8080" {
+		t.Errorf("listener %v", ls)
+	}
+	rs := RouterRoutes(gws, ports, services, cfg, Options{})
+	if len(rs) != 1 || rs[0].GetName() != "http.8080" || len(rs[0].GetVirtualHosts()) != 1 || len(rs[0].GetVirtualHosts()[0].GetRoutes()) != 1 {
+		t.Errorf("routes %v", rs)
 	}
 }

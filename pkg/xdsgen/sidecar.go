@@ -108,6 +108,8 @@ type Sidecar struct {
 	// Gateways are the Gateways that select a router, oldest first
 	// (istioconfig.Snapshot.GatewaysFor its Pod's labels).
 	Gateways []*istioconfig.Gateway
+	// Ports are a router's Services' target ports (RouterTargetPorts).
+	Ports RouterPorts
 }
 
 // Types are the types the proxy gets from caches of its own, in the

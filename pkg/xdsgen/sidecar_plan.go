@@ -1,6 +1,7 @@
 package xdsgen
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -371,6 +372,7 @@ type sidecarState struct {
 	// A router's Gateways and the VirtualServices bound to them.
 	gateways []*istioconfig.Gateway
 	bound    []*istioconfig.VirtualService
+	ports    RouterPorts
 }
 
 // state returns the node's state now, by services (indexed in pods) under
@@ -386,6 +388,7 @@ func (n *SidecarNode) state(services []*model.MergedService, pods Pods, cfg *ist
 		for _, gw := range st.gateways {
 			st.bound = append(st.bound, cfg.GatewayRoutes(gw.Key)...)
 		}
+		st.ports = RouterTargetPorts(services, n.Cluster, n.Proxy.IP)
 		return st
 	}
 	st.sec, st.scope = pods.Security(cfg, n.Cluster, n.Proxy.IP, n.Proxy.Namespace)
@@ -401,7 +404,7 @@ func (n *SidecarNode) state(services []*model.MergedService, pods Pods, cfg *ist
 // apply makes st the node's state.
 func (n *SidecarNode) apply(st sidecarState) {
 	n.Proxy.Inbound, n.Proxy.Security, n.Proxy.Scope, n.Proxy.Routes = st.inbound, st.sec, st.scope, st.class
-	n.Proxy.Gateways, n.bound = st.gateways, st.bound
+	n.Proxy.Gateways, n.bound, n.Proxy.Ports = st.gateways, st.bound, st.ports
 }
 
 // routeSet returns the route set of a node in state st.
@@ -414,7 +417,7 @@ func (st sidecarState) routeSet() RouteSet {
 func (n *SidecarNode) same(st sidecarState) bool {
 	return slices.Equal(st.inbound, n.Proxy.Inbound) && st.sec.Same(n.Proxy.Security) &&
 		st.scope == n.Proxy.Scope && st.class == n.Proxy.Routes &&
-		slices.Equal(st.gateways, n.Proxy.Gateways) && slices.Equal(st.bound, n.bound)
+		slices.Equal(st.gateways, n.Proxy.Gateways) && slices.Equal(st.bound, n.bound) && maps.Equal(st.ports, n.Proxy.Ports)
 }
 
 // sidecarResources generates what sc gets of typeURL from services under
@@ -443,12 +446,12 @@ func routerResources(typeURL string, services []*model.MergedService, cfg *istio
 	var out []types.Resource
 	switch typeURL {
 	case resourcev3.ListenerType:
-		ls, _ := RouterListeners(sc.Gateways, services, cfg, opts)
+		ls, _ := RouterListeners(sc.Gateways, sc.Ports, services, cfg, opts)
 		for _, l := range ls {
 			out = append(out, l)
 		}
 	case resourcev3.RouteType:
-		for _, r := range RouterRoutes(sc.Gateways, services, cfg, opts) {
+		for _, r := range RouterRoutes(sc.Gateways, sc.Ports, services, cfg, opts) {
 			out = append(out, r)
 		}
 	case resourcev3.ClusterType:
