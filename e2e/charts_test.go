@@ -568,6 +568,7 @@ func TestHubChart(t *testing.T) {
 		`"gateway.networking.k8s.io" gatewayclasses/status patch`, `"gateway.networking.k8s.io" gateways/status patch`,
 		`"gateway.networking.k8s.io" httproutes/status patch`, `"gateway.networking.k8s.io" grpcroutes/status patch`,
 		`"gateway.networking.k8s.io" tlsroutes/status patch`,
+		`"" namespaces get`, `"" namespaces list`, `"" namespaces watch`,
 		// Which kinds exist (a kind without its CRD is read as empty).
 		`"apiextensions.k8s.io" customresourcedefinitions get`, `"apiextensions.k8s.io" customresourcedefinitions list`,
 		`"apiextensions.k8s.io" customresourcedefinitions watch`,

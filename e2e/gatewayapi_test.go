@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +38,25 @@ spec:
     port: 443
     protocol: HTTPS
     tls: {certificateRefs: [{name: web-cert}]}
+  - name: teams
+    port: 8080
+    protocol: HTTP
+    allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {expose: "yes"}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: team, namespace: team-a}
+spec:
+  parentRefs: [{name: web, namespace: istio-ingress, sectionName: teams}]
+  rules:
+  - backendRefs: [{name: echo, namespace: demo, port: 8080}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: from-team-a, namespace: demo}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: team-a}]
+  to: [{group: "", kind: Service}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -195,7 +215,7 @@ func TestGatewayAPI(t *testing.T) {
 	if err := f.Config().ApplyIstio(ctx, gatewayAPIWeb); err != nil {
 		t.Fatal(err)
 	}
-	client := framework.NewTestPod(t, net, framework.PodOptions{Name: "api-client"})
+	caller := framework.NewTestPod(t, net, framework.PodOptions{Name: "api-client"})
 	addr := gwPod.IP().String() + ":80"
 	get := func(host, canary string) (int, string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
@@ -206,7 +226,7 @@ func TestGatewayAPI(t *testing.T) {
 		if canary != "" {
 			req.Header.Set("x-canary", canary)
 		}
-		resp, err := client.HTTPClient().Do(req)
+		resp, err := caller.HTTPClient().Do(req)
 		if err != nil {
 			return 0, "", err
 		}
@@ -250,7 +270,7 @@ func TestGatewayAPI(t *testing.T) {
 	}
 
 	// The GRPCRoute: a gRPC call by its method's service, over HTTP/2.
-	cc, err := framework.DialGRPCInPod(client, addr, "grpc.example.com")
+	cc, err := framework.DialGRPCInPod(caller, addr, "grpc.example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +316,35 @@ func TestGatewayAPI(t *testing.T) {
 		}
 		if !strings.HasPrefix(got, "False/InvalidCertificateRef: in cluster cluster-1, namespace istio-ingress: xdsgen: credential: Secret web-cert holds neither") {
 			return fmt.Errorf("listener https ResolvedRefs %s", got)
+		}
+		return nil
+	})
+
+	// The teams listener takes routes of namespaces labelled expose=yes:
+	// team-a's once it is.
+	if got, err := routeCondition(ctx, c, "HTTPRoute", "team-a", "team", "Accepted"); err != nil || got != "False/NotAllowedByListeners" {
+		t.Errorf("team-a's route before its namespace is selected: %s %v", got, err)
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: "team-a"}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	ns.Labels = map[string]string{"expose": "yes"}
+	if err := c.Update(ctx, &ns); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		got, err := routeCondition(ctx, c, "HTTPRoute", "team-a", "team", "Accepted")
+		if err != nil || got != "True/Accepted" {
+			return fmt.Errorf("team-a's route once selected: %s %v", got, err)
+		}
+		resp, err := caller.HTTPClient().Get("http://" + gwPod.IP().String() + ":8080/")
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("team-a's route through the teams listener: %d", resp.StatusCode)
 		}
 		return nil
 	})

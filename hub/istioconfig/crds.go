@@ -208,3 +208,89 @@ func (w *Watcher) Absent() []string {
 	defer w.mu.Unlock()
 	return slices.Sorted(slices.Values(w.absent))
 }
+
+// The config cluster's namespaces: their labels, which Gateway API
+// listeners select routes' namespaces by (allowedRoutes.namespaces
+// Selector). Only names and labels are kept.
+
+// namespaceGVK is the Namespace kind.
+var namespaceGVK = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
+
+func namespaceObject() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(namespaceGVK)
+	return u
+}
+
+// stripNamespace keeps a Namespace's name and labels.
+func stripNamespace(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	out := namespaceObject()
+	out.SetName(u.GetName())
+	out.SetResourceVersion(u.GetResourceVersion())
+	out.SetUID(u.GetUID())
+	out.SetLabels(u.GetLabels())
+	return out, nil
+}
+
+// onNamespace notes that a namespace's labels may have changed.
+func (w *Watcher) onNamespace() {
+	w.mu.Lock()
+	w.nsChanged = true
+	w.mu.Unlock()
+	w.poke()
+}
+
+// watchNamespaces starts the Namespace informer and returns its
+// handler's sync.
+func (w *Watcher) watchNamespaces(ctx context.Context) (toolscache.InformerSynced, error) {
+	inf, err := w.cache.GetInformer(ctx, namespaceObject(), cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("istioconfig: informer of namespaces: %w", err)
+	}
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.onNamespace() },
+		UpdateFunc: func(o, n any) { w.onNamespace() },
+		DeleteFunc: func(any) { w.onNamespace() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("istioconfig: watching namespaces: %w", err)
+	}
+	return reg.HasSynced, nil
+}
+
+// namespaceLabels lists the namespaces' labels from the cache.
+func (w *Watcher) namespaceLabels(ctx context.Context) map[string]map[string]string {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(namespaceGVK.GroupVersion().WithKind("NamespaceList"))
+	if err := w.cache.List(ctx, list); err != nil {
+		w.log.Error(err, "listing namespaces from the cache")
+		return nil
+	}
+	out := make(map[string]map[string]string, len(list.Items))
+	for i := range list.Items {
+		out[list.Items[i].GetName()] = list.Items[i].GetLabels()
+	}
+	return out
+}
+
+// snapSelectsNamespaces reports whether the last snapshot's Gateway API
+// translation depends on namespaces' labels.
+func (w *Watcher) snapSelectsNamespaces() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.snap.SelectsNamespaces()
+}
+
+// gatewayNamespaceLabels are the namespaces' labels while Gateway API
+// Gateways are watched (the only reader of them), else nil. Only the loop
+// calls it.
+func (w *Watcher) gatewayNamespaceLabels(ctx context.Context) map[string]map[string]string {
+	if _, ok := w.kinds[validate.KindKubeGateway]; !ok {
+		return nil
+	}
+	return w.namespaceLabels(ctx)
+}

@@ -97,7 +97,10 @@ type Watcher struct {
 	// configz.
 	crds        map[string]bool
 	crdsChanged bool
-	absent      []string
+	// nsChanged says a namespace changed since the last snapshot: its
+	// labels may select other routes.
+	nsChanged bool
+	absent    []string
 	// kinds are the watches of the kinds whose CRD is present; the loop's
 	// alone.
 	kinds map[string]*kindWatch
@@ -157,7 +160,8 @@ func New(opts Options) (*Watcher, error) {
 		DefaultWatchErrorHandler:     w.watchError,
 		ReaderFailOnMissingInformer:  true,
 		ByObject: map[client.Object]cache.ByObject{
-			crdObject(): {Transform: stripCRD},
+			crdObject():       {Transform: stripCRD},
+			namespaceObject(): {Transform: stripNamespace},
 		},
 	})
 	if err != nil {
@@ -187,6 +191,8 @@ func staticRESTMapper() meta.RESTMapper {
 	m := meta.NewDefaultRESTMapper(nil)
 	m.AddSpecific(crdGVK, crdGVK.GroupVersion().WithResource("customresourcedefinitions"),
 		crdGVK.GroupVersion().WithResource("customresourcedefinition"), meta.RESTScopeRoot)
+	m.AddSpecific(namespaceGVK, namespaceGVK.GroupVersion().WithResource("namespaces"),
+		namespaceGVK.GroupVersion().WithResource("namespace"), meta.RESTScopeRoot)
 	for _, k := range istioconfig.Kinds {
 		gv := gvk(k).GroupVersion()
 		scope := meta.RESTScopeNamespace
@@ -313,6 +319,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	nsSynced, err := w.watchNamespaces(ctx)
+	if err != nil {
+		return err
+	}
 	cacheErr := make(chan error, 1)
 	wg.Go(func() { cacheErr <- w.cache.Start(ctx) })
 	wg.Go(func() {
@@ -323,7 +333,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// at start have been marked dirty once the handlers have synced, so
 	// the first round sees them all. A kind without its CRD counts as
 	// listed (and empty).
-	if ok, err := w.waitSynced(ctx, cacheErr, crdsSynced); !ok {
+	if ok, err := w.waitSynced(ctx, cacheErr, crdsSynced, nsSynced); !ok {
 		return err
 	}
 	synced, err := w.reconcileKinds(ctx)
@@ -390,7 +400,13 @@ func (w *Watcher) round(ctx context.Context, first bool) {
 
 	// Only this goroutine writes entries, so it reads them unlocked.
 	updates := map[istioconfig.Key]*entry{} // nil: the object is gone
-	changed := first
+	w.mu.Lock()
+	nsChanged := w.nsChanged
+	w.nsChanged = false
+	w.mu.Unlock()
+	// A namespace's labels matter only where a listener selects by them;
+	// the snapshot reuses its translation otherwise.
+	changed := first || (nsChanged && w.snapSelectsNamespaces())
 	for k := range dirty {
 		next, err := w.read(ctx, k)
 		if err != nil {
@@ -433,7 +449,7 @@ func (w *Watcher) round(ctx context.Context, first bool) {
 		prev := w.snap
 		w.mu.Unlock()
 		snap := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{DomainSuffix: w.opts.DomainSuffix, RootNamespace: w.opts.RootNamespace,
-			Previous: prev}, objs)
+			Previous: prev, NamespaceLabels: w.gatewayNamespaceLabels(ctx)}, objs)
 		lost := map[istioconfig.Key][]istioconfig.Shadowed{}
 		for _, s := range snap.Shadowed() {
 			lost[s.Lost] = append(lost[s.Lost], s)

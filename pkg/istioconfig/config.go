@@ -109,6 +109,7 @@ type Snapshot struct {
 	// were translated into.
 	apiInputs []Object
 	api       gatewayAPIResult
+	nsLabels  map[string]map[string]string
 	entries   entryIndex
 	sources   []sourceRule // conditions on clients (RouteClass)
 	shadowed  []Shadowed
@@ -128,6 +129,10 @@ type SnapshotOptions struct {
 	// Gateways and VirtualServices a gateway proxy's state compares by
 	// pointer).
 	Previous *Snapshot
+	// NamespaceLabels are the labels of the config cluster's namespaces,
+	// by name: a Gateway API listener's allowedRoutes selector selects
+	// routes' namespaces by them. Nil selects none.
+	NamespaceLabels map[string]map[string]string
 }
 
 // NewSnapshot indexes objs, which must be valid (validate.Spec accepted
@@ -154,11 +159,13 @@ func NewSnapshot(opts SnapshotOptions, objs []Object) *Snapshot {
 	// VirtualServices bound to them (never to the mesh).
 	s.apiInputs = gatewayAPIInputs(s.objects)
 	var api gatewayAPIResult
-	if p := opts.Previous; p != nil && p.domainSuffix == domainSuffix && slices.Equal(p.apiInputs, s.apiInputs) {
+	if p := opts.Previous; p != nil && p.domainSuffix == domainSuffix && slices.Equal(p.apiInputs, s.apiInputs) &&
+		(!p.api.selectsNamespaces || maps.EqualFunc(p.nsLabels, opts.NamespaceLabels, maps.Equal)) {
 		api = p.api
 	} else {
-		api = translateGatewayAPI(s.objects, domainSuffix)
+		api = translateGatewayAPI(s.objects, domainSuffix, opts.NamespaceLabels)
 	}
+	s.nsLabels = opts.NamespaceLabels
 	s.api = api
 	for _, o := range api.objects {
 		s.gateways.add(o)
@@ -345,6 +352,10 @@ func ResolveHost(host, ns, domainSuffix string) model.Hostname {
 var Kinds = []string{validate.KindVirtualService, validate.KindDestinationRule, validate.KindServiceEntry, validate.KindSidecar, validate.KindGateway,
 	validate.KindPeerAuthentication, validate.KindAuthorizationPolicy,
 	validate.KindGatewayClass, validate.KindKubeGateway, validate.KindHTTPRoute, validate.KindGRPCRoute, validate.KindTLSRoute, validate.KindReferenceGrant}
+
+// SelectsNamespaces reports whether the Gateway API's translation
+// depends on namespaces' labels (a listener's allowedRoutes selector).
+func (s *Snapshot) SelectsNamespaces() bool { return s != nil && s.api.selectsNamespaces }
 
 // GatewayAPIStatus returns the status the Gateway API object of key k
 // should carry, and whether meshfed writes one (a Gateway of another

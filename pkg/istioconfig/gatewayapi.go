@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1alpha3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	gwv1a2 "sigs.k8s.io/gateway-api/apis/v1alpha2"
 	gwv1b1 "sigs.k8s.io/gateway-api/apis/v1beta1"
@@ -103,6 +104,9 @@ type GatewayAPIStatus struct {
 type gatewayAPIResult struct {
 	objects []Object // translated Gateways and VirtualServices
 	status  map[Key]GatewayAPIStatus
+	// selectsNamespaces says that a listener selects routes' namespaces
+	// by their labels: the result depends on them too.
+	selectsNamespaces bool
 }
 
 func condition(typ string, ok bool, reason, msg string, gen int64) metav1.Condition {
@@ -124,6 +128,7 @@ func pick(ok bool, yes, no string) string {
 // translator of the Gateway API objects of one snapshot.
 type apiTranslator struct {
 	domainSuffix string
+	nsLabels     map[string]map[string]string
 	classes      map[string]*GatewayClass
 	gateways     map[Key]*KubeGateway
 	grants       []*ReferenceGrant
@@ -147,8 +152,8 @@ func gatewayAPIInputs(objects map[Key]Object) []Object {
 }
 
 // translateGatewayAPI translates the Gateway API objects of objects.
-func translateGatewayAPI(objects map[Key]Object, domainSuffix string) gatewayAPIResult {
-	t := &apiTranslator{domainSuffix: domainSuffix, classes: map[string]*GatewayClass{}, gateways: map[Key]*KubeGateway{},
+func translateGatewayAPI(objects map[Key]Object, domainSuffix string, nsLabels map[string]map[string]string) gatewayAPIResult {
+	t := &apiTranslator{domainSuffix: domainSuffix, nsLabels: nsLabels, classes: map[string]*GatewayClass{}, gateways: map[Key]*KubeGateway{},
 		out: gatewayAPIResult{status: map[Key]GatewayAPIStatus{}}, attached: map[Key]map[gwv1.SectionName]int32{}}
 	var routes []Object
 	for _, o := range objects {
@@ -423,7 +428,7 @@ func (t *apiTranslator) attach(ro routeOf, p gwv1.ParentReference) (hosts []stri
 		if !slices.ContainsFunc(listenerKinds(l), func(k gwv1.RouteGroupKind) bool { return string(k.Kind) == ro.kind }) {
 			continue
 		}
-		if !allowsNamespace(l, g.Namespace, ro.key.Namespace) {
+		if !t.allowsNamespace(l, g.Namespace, ro.key.Namespace) {
 			msg = fmt.Sprintf("listener %s does not allow routes of namespace %s", l.Name, ro.key.Namespace)
 			continue
 		}
@@ -465,8 +470,8 @@ func (t *apiTranslator) attach(ro routeOf, p gwv1.ParentReference) (hosts []stri
 
 // allowsNamespace reports whether listener l of a Gateway of namespace
 // gwNS takes routes of namespace ns (allowedRoutes.namespaces: Same by
-// default, All; a Selector is not supported yet and allows none).
-func allowsNamespace(l gwv1.Listener, gwNS, ns string) bool {
+// default, All, or a Selector of the namespace's labels).
+func (t *apiTranslator) allowsNamespace(l gwv1.Listener, gwNS, ns string) bool {
 	from := gwv1.NamespacesFromSame
 	if l.AllowedRoutes != nil && l.AllowedRoutes.Namespaces != nil && l.AllowedRoutes.Namespaces.From != nil {
 		from = *l.AllowedRoutes.Namespaces.From
@@ -476,6 +481,10 @@ func allowsNamespace(l gwv1.Listener, gwNS, ns string) bool {
 		return true
 	case gwv1.NamespacesFromSame:
 		return ns == gwNS
+	case gwv1.NamespacesFromSelector:
+		t.out.selectsNamespaces = true
+		sel, err := metav1.LabelSelectorAsSelector(l.AllowedRoutes.Namespaces.Selector)
+		return err == nil && sel.Matches(labels.Set(t.nsLabels[ns]))
 	}
 	return false
 }

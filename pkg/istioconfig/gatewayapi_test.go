@@ -245,3 +245,26 @@ func TestWithListenerProblems(t *testing.T) {
 		t.Errorf("another listener or the original status changed")
 	}
 }
+
+// TestGatewayAPINamespaceSelector: a listener whose allowedRoutes select
+// namespaces by label takes the routes of the namespaces so labelled, and
+// a change of the labels alone translates again.
+func TestGatewayAPINamespaceSelector(t *testing.T) {
+	objs := []istioconfig.Object{
+		apiObject(t, "KubernetesGateway", "ingress", "web", `{"gatewayClassName":"istio","listeners":[
+			{"name":"http","port":80,"protocol":"HTTP","allowedRoutes":{"namespaces":{"from":"Selector","selector":{"matchLabels":{"expose":"yes"}}}}}]}`),
+		apiObject(t, "HTTPRoute", "team-a", "r", `{"parentRefs":[{"name":"web","namespace":"ingress"}],"rules":[{"backendRefs":[{"name":"echo","port":8080}]}]}`),
+	}
+	accepted := func(s *istioconfig.Snapshot) string {
+		st, _ := s.GatewayAPIStatus(istioconfig.Key{Kind: "HTTPRoute", Namespace: "team-a", Name: "r"})
+		return conditionOf(st, 0, "Accepted")
+	}
+	s1 := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{NamespaceLabels: map[string]map[string]string{"team-a": {"expose": "no"}}}, objs)
+	if got := accepted(s1); got != "False/NotAllowedByListeners" {
+		t.Errorf("route of an unselected namespace: %s", got)
+	}
+	s2 := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{Previous: s1, NamespaceLabels: map[string]map[string]string{"team-a": {"expose": "yes"}}}, objs)
+	if got := accepted(s2); got != "True/Accepted" {
+		t.Errorf("route of a selected namespace: %s", got)
+	}
+}
