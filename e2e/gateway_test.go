@@ -35,6 +35,16 @@ func ingressGateway(t *testing.T, f *framework.Fleet, net *framework.PodNetwork,
 	return gw, pod
 }
 
+// httpEchoSidecar runs, in cluster r, an HTTP echo behind a sidecar as
+// the endpoint of Service demo/<svc> (port echoPortHTTP, appProtocol
+// http); it answers as "<cluster>/<svc>-0".
+func httpEchoSidecar(t *testing.T, f *framework.Fleet, net *framework.PodNetwork, hub *framework.Hub, r *framework.RemoteCluster, svc string) (*framework.Workload, *framework.Sidecar) {
+	t.Helper()
+	return serverSidecar(t, f, net, hub, r,
+		framework.WorkloadOptions{Namespace: "demo", Service: svc, ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http"},
+		func(pod *framework.Pod, addr, id string) (io.Closer, error) { return framework.StartHTTPEcho(t.Context(), pod, addr, id) })
+}
+
 // podGet sends GET http://<addr><path> with Host host from pod without
 // following redirects, and returns the status, the Location header and
 // the body.
@@ -95,21 +105,7 @@ func TestIngressGatewayHTTP(t *testing.T) {
 	f, net, hub := sidecarFleet(t, 2, "--xds-mtls")
 	ctx := t.Context()
 	r2 := f.Remote("cluster-2")
-	w, err := r2.DeployWorkload(ctx, framework.WorkloadOptions{
-		Namespace: "demo", Service: "echo", ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	echoPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "cluster-2-echo"})
-	app, err := framework.StartHTTPEcho(ctx, echoPod, fmt.Sprintf("127.0.0.1:%d", w.TargetPort()), "cluster-2/echo-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = app.Close() })
-	backend := framework.StartTestSidecar(t, f, framework.SidecarOptions{
-		Cluster: r2, Pod: echoPod, Hub: hub, Name: "echo-0", Namespace: "demo", Workload: w,
-	})
+	_, backend := httpEchoSidecar(t, f, net, hub, r2, "echo")
 
 	if err := f.Config().ApplyIstio(ctx, ingressGatewayHTTP+"---"+echoIngressRoute); err != nil {
 		t.Fatal(err)

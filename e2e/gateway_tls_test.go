@@ -217,21 +217,7 @@ func TestIngressGatewayTLS(t *testing.T) {
 
 	// Backends in cluster-2: echo behind a sidecar, and "secure", which
 	// terminates TLS itself (no sidecar).
-	w, err := r2.DeployWorkload(ctx, framework.WorkloadOptions{
-		Namespace: "demo", Service: "echo", ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	echoPod := framework.NewTestPod(t, net, framework.PodOptions{Name: "c2-echo"})
-	app, err := framework.StartHTTPEcho(ctx, echoPod, fmt.Sprintf("127.0.0.1:%d", w.TargetPort()), "cluster-2/echo-0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = app.Close() })
-	backend := framework.StartTestSidecar(t, f, framework.SidecarOptions{
-		Cluster: r2, Pod: echoPod, Hub: hub, Name: "echo-0", Namespace: "demo", Workload: w,
-	})
+	_, backend := httpEchoSidecar(t, f, net, hub, r2, "echo")
 	secure, err := r2.DeployWorkload(ctx, framework.WorkloadOptions{
 		Namespace: "demo", Service: "secure", ServicePort: 9443, PortName: "tls", AppProtocol: "tls",
 	})

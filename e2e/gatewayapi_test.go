@@ -165,21 +165,8 @@ func TestGatewayAPI(t *testing.T) {
 	r2 := f.Remote("cluster-2")
 	var backends []*framework.Sidecar
 	for _, svc := range []string{"echo", "echo-v2"} {
-		w, err := r2.DeployWorkload(ctx, framework.WorkloadOptions{
-			Namespace: "demo", Service: svc, ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http",
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pod := framework.NewTestPod(t, net, framework.PodOptions{Name: "c2-" + svc})
-		app, err := framework.StartHTTPEcho(ctx, pod, fmt.Sprintf("127.0.0.1:%d", w.TargetPort()), "cluster-2/"+svc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = app.Close() })
-		backends = append(backends, framework.StartTestSidecar(t, f, framework.SidecarOptions{
-			Cluster: r2, Pod: pod, Hub: hub, Name: svc + "-0", Namespace: "demo", Workload: w,
-		}))
+		_, sc := httpEchoSidecar(t, f, net, hub, r2, svc)
+		backends = append(backends, sc)
 	}
 	_, grpcSC := serverSidecar(t, f, net, hub, r2,
 		framework.WorkloadOptions{Namespace: "demo", Service: "grpc-echo", ServicePort: grpcEchoPort},

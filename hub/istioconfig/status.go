@@ -53,9 +53,25 @@ func (w *Watcher) writeStatus(ctx context.Context, k istioconfig.Key) error {
 		if !ok || e.obj == nil {
 			return nil
 		}
-		return w.writeAPIStatus(ctx, k, e, istioconfig.WithListenerProblems(want, warnings))
+		want = istioconfig.WithListenerProblems(want, warnings)
+		return w.writeWith(ctx, k, e,
+			func(u *unstructured.Unstructured) bool {
+				seen, _ := u.Object["status"].(map[string]any)
+				return apiStatusDue(k.Kind, seen, want)
+			},
+			func(u *unstructured.Unstructured) error { return w.patchAPI(ctx, k, u, want) })
 	}
 	want := e.desired(lost, warnings)
+	return w.writeWith(ctx, k, e,
+		func(u *unstructured.Unstructured) bool { return carriedOf(u).needsWrite(want) },
+		func(u *unstructured.Unstructured) error { return w.patch(ctx, k, u, want) })
+}
+
+// writeWith patches k's status with patch, read as the cache holds it,
+// while due says the object does not carry what it should; a conflict
+// reads the apiserver's version and tries again, up to maxConflicts.
+func (w *Watcher) writeWith(ctx context.Context, k istioconfig.Key, e *entry,
+	due func(*unstructured.Unstructured) bool, patch func(*unstructured.Unstructured) error) error {
 	u, err := w.get(ctx, w.cache, k)
 	if err == nil && w.patchedFrom[k] != "" {
 		if u.GetResourceVersion() == w.patchedFrom[k] {
@@ -72,12 +88,12 @@ func (w *Watcher) writeStatus(ctx context.Context, k istioconfig.Key) error {
 		if err != nil {
 			return err
 		}
-		if !e.sameVersion(u) || !carriedOf(u).needsWrite(want) {
+		if !e.sameVersion(u) || !due(u) {
 			// A newer generation is its own round's business; a status
 			// that is right already needs nothing.
 			return nil
 		}
-		err = w.patch(ctx, k, u, want)
+		err = patch(u)
 		switch {
 		case err == nil:
 			w.metrics.writes.WithLabelValues(WriteOK).Inc()
@@ -109,6 +125,11 @@ func (w *Watcher) patch(ctx context.Context, k istioconfig.Key, u *unstructured.
 	if err != nil {
 		return fmt.Errorf("istioconfig: status patch of %s: %w", k, err)
 	}
+	return w.sendStatus(ctx, k, body)
+}
+
+// sendStatus sends the JSON merge patch body to k's status subresource.
+func (w *Watcher) sendStatus(ctx context.Context, k istioconfig.Key, body []byte) error {
 	out := &unstructured.Unstructured{}
 	out.SetGroupVersionKind(gvk(k.Kind))
 	out.SetNamespace(k.Namespace)
@@ -119,46 +140,11 @@ func (w *Watcher) patch(ctx context.Context, k istioconfig.Key, u *unstructured.
 	return nil
 }
 
-// writeAPIStatus patches the status of Gateway API object k to want,
-// unless it carries it already; as writeStatus does for Istio's kinds.
-func (w *Watcher) writeAPIStatus(ctx context.Context, k istioconfig.Key, e *entry, want istioconfig.GatewayAPIStatus) error {
-	u, err := w.get(ctx, w.cache, k)
-	if err == nil && w.patchedFrom[k] != "" {
-		if u.GetResourceVersion() == w.patchedFrom[k] {
-			return nil // the cache has not seen the last patch yet
-		}
-		delete(w.patchedFrom, k)
+// patchAPI sends the status patch of Gateway API object u to want.
+func (w *Watcher) patchAPI(ctx context.Context, k istioconfig.Key, u *unstructured.Unstructured, want istioconfig.GatewayAPIStatus) error {
+	body, err := apiStatusPatch(k.Kind, u, want, metav1.NewTime(w.opts.Clock.Now().UTC().Truncate(time.Second)))
+	if err != nil {
+		return fmt.Errorf("istioconfig: status patch of %s: %w", k, err)
 	}
-	for attempt := 0; ; attempt++ {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		seen, _ := u.Object["status"].(map[string]any)
-		if !e.sameVersion(u) || !apiStatusDue(k.Kind, seen, want) {
-			return nil
-		}
-		body, perr := apiStatusPatch(k.Kind, u, want, metav1.NewTime(w.opts.Clock.Now().UTC().Truncate(time.Second)))
-		if perr != nil {
-			return fmt.Errorf("istioconfig: status patch of %s: %w", k, perr)
-		}
-		out := &unstructured.Unstructured{}
-		out.SetGroupVersionKind(gvk(k.Kind))
-		out.SetNamespace(k.Namespace)
-		out.SetName(k.Name)
-		err = w.client.Status().Patch(ctx, out, client.RawPatch(types.MergePatchType, body))
-		switch {
-		case err == nil:
-			w.metrics.writes.WithLabelValues(WriteOK).Inc()
-			w.patchedFrom[k] = u.GetResourceVersion()
-			return nil
-		case !apierrors.IsConflict(err) || attempt == maxConflicts:
-			w.metrics.writes.WithLabelValues(WriteError).Inc()
-			return fmt.Errorf("istioconfig: status of %s: %w", k, err)
-		}
-		w.metrics.writes.WithLabelValues(WriteConflict).Inc()
-		u, err = w.get(ctx, w.client, k)
-	}
+	return w.sendStatus(ctx, k, body)
 }

@@ -690,24 +690,10 @@ func httpMatches(m gwv1.HTTPRouteMatch, ports []uint32) []*networking.HTTPMatchR
 		}
 	}
 	for _, h := range m.Headers {
-		if out.Headers == nil {
-			out.Headers = map[string]*networking.StringMatch{}
-		}
-		if h.Type != nil && *h.Type == gwv1.HeaderMatchRegularExpression {
-			out.Headers[strings.ToLower(string(h.Name))] = &networking.StringMatch{MatchType: &networking.StringMatch_Regex{Regex: h.Value}}
-		} else {
-			out.Headers[strings.ToLower(string(h.Name))] = &networking.StringMatch{MatchType: &networking.StringMatch_Exact{Exact: h.Value}}
-		}
+		setMatch(&out.Headers, strings.ToLower(string(h.Name)), h.Value, h.Type != nil && *h.Type == gwv1.HeaderMatchRegularExpression)
 	}
 	for _, q := range m.QueryParams {
-		if out.QueryParams == nil {
-			out.QueryParams = map[string]*networking.StringMatch{}
-		}
-		if q.Type != nil && *q.Type == gwv1.QueryParamMatchRegularExpression {
-			out.QueryParams[string(q.Name)] = &networking.StringMatch{MatchType: &networking.StringMatch_Regex{Regex: q.Value}}
-		} else {
-			out.QueryParams[string(q.Name)] = &networking.StringMatch{MatchType: &networking.StringMatch_Exact{Exact: q.Value}}
-		}
+		setMatch(&out.QueryParams, string(q.Name), q.Value, q.Type != nil && *q.Type == gwv1.QueryParamMatchRegularExpression)
 	}
 	if m.Method != nil {
 		out.Method = &networking.StringMatch{MatchType: &networking.StringMatch_Exact{Exact: string(*m.Method)}}
@@ -737,16 +723,21 @@ func grpcMatches(m gwv1.GRPCRouteMatch, ports []uint32) []*networking.HTTPMatchR
 		}
 	}
 	for _, h := range m.Headers {
-		if out.Headers == nil {
-			out.Headers = map[string]*networking.StringMatch{}
-		}
-		if h.Type != nil && *h.Type == gwv1.GRPCHeaderMatchRegularExpression {
-			out.Headers[strings.ToLower(string(h.Name))] = &networking.StringMatch{MatchType: &networking.StringMatch_Regex{Regex: h.Value}}
-		} else {
-			out.Headers[strings.ToLower(string(h.Name))] = &networking.StringMatch{MatchType: &networking.StringMatch_Exact{Exact: h.Value}}
-		}
+		setMatch(&out.Headers, strings.ToLower(string(h.Name)), h.Value, h.Type != nil && *h.Type == gwv1.GRPCHeaderMatchRegularExpression)
 	}
 	return withPorts(out, ports)
+}
+
+// setMatch sets (*m)[name] to an exact or regex match of value.
+func setMatch(m *map[string]*networking.StringMatch, name, value string, regex bool) {
+	if *m == nil {
+		*m = map[string]*networking.StringMatch{}
+	}
+	if regex {
+		(*m)[name] = &networking.StringMatch{MatchType: &networking.StringMatch_Regex{Regex: value}}
+		return
+	}
+	(*m)[name] = &networking.StringMatch{MatchType: &networking.StringMatch_Exact{Exact: value}}
 }
 
 func regexQuote(s string) string {

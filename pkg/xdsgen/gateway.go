@@ -12,7 +12,6 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
@@ -316,12 +315,12 @@ func (in *gatewayInputs) tlsChains(p gatewayPort) []*listenerv3.FilterChain {
 			continue
 		}
 		for _, vs := range in.cfg.GatewayRoutes(s.gw.Key) {
-			for i, r := range vs.Spec.GetTls() {
+			for _, r := range vs.Spec.GetTls() {
 				names, ok := in.tlsRouteSNI(s, vs, r, p.port)
 				if !ok {
 					continue
 				}
-				f := in.l4Proxy(vs, r.GetRoute(), p.port, fmt.Sprintf("%s.tls[%d]", vs.Key, i))
+				f := l4Filter(vs, r.GetRoute(), p.port, in.cfg.DomainSuffix(), in.onlyPort)
 				if f == nil {
 					continue
 				}
@@ -364,11 +363,11 @@ func (in *gatewayInputs) tcpFilter(p gatewayPort) *listenerv3.Filter {
 			if !s.admitsAny(vs) {
 				continue
 			}
-			for i, r := range vs.Spec.GetTcp() {
+			for _, r := range vs.Spec.GetTcp() {
 				if !tcpRouteTakes(r, vs.Namespace, s.gw.Key, p.port) {
 					continue
 				}
-				if f := in.l4Proxy(vs, r.GetRoute(), p.port, fmt.Sprintf("%s.tcp[%d]", vs.Key, i)); f != nil {
+				if f := l4Filter(vs, r.GetRoute(), p.port, in.cfg.DomainSuffix(), in.onlyPort); f != nil {
 					return f
 				}
 			}
@@ -420,43 +419,6 @@ func appliesToGateway(gateways []string, ns string, gw istioconfig.Key) bool {
 		}
 	}
 	return false
-}
-
-// l4Proxy is the tcp_proxy of an L4 route's destinations (one cluster, or
-// weighted ones), nil when none has a weight.
-func (in *gatewayInputs) l4Proxy(vs *istioconfig.VirtualService, dests []*networking.RouteDestination, port uint32, stat string) *listenerv3.Filter {
-	var weighted []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight
-	for _, d := range dests {
-		if len(dests) > 1 && d.GetWeight() == 0 {
-			continue
-		}
-		host, p, subset := in.resolve(vs, d.GetDestination(), port)
-		weighted = append(weighted, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{
-			Name: SubsetClusterName(host, p, subset), Weight: uint32(max(d.GetWeight(), 1)),
-		})
-	}
-	switch len(weighted) {
-	case 0:
-		return nil
-	case 1:
-		return tcpProxy(weighted[0].Name)
-	}
-	return networkFilter(filterTCPProxy, &tcpproxyv3.TcpProxy{
-		StatPrefix:       stat,
-		ClusterSpecifier: &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: &tcpproxyv3.TcpProxy_WeightedCluster{Clusters: weighted}},
-	})
-}
-
-// resolve returns the cluster coordinates of a destination of a
-// VirtualService bound to a gateway: its host resolved in vs's namespace,
-// its port, else the service's only port, else the gateway's port; its
-// subset.
-func (in *gatewayInputs) resolve(vs *istioconfig.VirtualService, d *networking.Destination, gwPort uint32) (model.Hostname, uint32, string) {
-	host := istioconfig.ResolveHost(d.GetHost(), vs.Namespace, in.cfg.DomainSuffix())
-	if n := d.GetPort().GetNumber(); n != 0 {
-		return host, n, d.GetSubset()
-	}
-	return host, in.onlyPort(host, gwPort), d.GetSubset()
 }
 
 // onlyPort is the only port of service h, else def.
