@@ -42,7 +42,9 @@ func httpEchoSidecar(t *testing.T, f *framework.Fleet, net *framework.PodNetwork
 	t.Helper()
 	return serverSidecar(t, f, net, hub, r,
 		framework.WorkloadOptions{Namespace: "demo", Service: svc, ServicePort: echoPortHTTP, PortName: "http", AppProtocol: "http"},
-		func(pod *framework.Pod, addr, id string) (io.Closer, error) { return framework.StartHTTPEcho(t.Context(), pod, addr, id) })
+		func(pod *framework.Pod, addr, id string) (io.Closer, error) {
+			return framework.StartHTTPEcho(t.Context(), pod, addr, id)
+		})
 }
 
 // podGet sends GET http://<addr><path> with Host host from pod without
