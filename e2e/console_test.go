@@ -139,6 +139,7 @@ func TestFleetConsole(t *testing.T) {
 	for _, v := range []struct{ name, path string }{
 		{"clusters", "/ui/clusters"}, {"cluster", "/ui/clusters/cluster-1"},
 		{"replicas", "/ui/replicas"}, {"proxies", "/ui/proxies"}, {"trust", "/ui/trust"},
+		{"config", "/ui/config"},
 	} {
 		tab := openConsole(t, browser, h0.MonitoringURL()+v.path)
 		shots.take(t, tab, v.name)

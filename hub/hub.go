@@ -460,7 +460,7 @@ func (d *documents) console(reg prometheus.Gatherer, log logr.Logger) (*console.
 		Sources: console.Sources{
 			Registryz: d.registryz, Federationz: d.repl.Federationz, Proxies: d.fleet.All,
 			Trustz: d.trustz, Spokez: d.spokez,
-			Explain: d.explain.Explain,
+			Explain: d.explain.Explain, Configz: d.config.Configz,
 		},
 	})
 }

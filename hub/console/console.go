@@ -45,6 +45,9 @@ type Sources struct {
 	// Explain answers for a proxy and "HOST[:PORT]" (and a subset) as
 	// /debug/explainz does.
 	Explain func(proxy, host, subset string) debugdoc.Explainz
+	// Configz is the Istio and Gateway API configuration as the replica
+	// read it (/debug/configz); nil shows none.
+	Configz func() debugdoc.Configz
 }
 
 // Options configure a Console.
@@ -77,7 +80,7 @@ type Console struct {
 
 // pages are the views; each is a template file of templates/ that defines
 // "title" and "main".
-var pages = []string{"overview", "clusters", "cluster", "replicas", "proxies", "proxy", "trust", "explain"}
+var pages = []string{"overview", "clusters", "cluster", "replicas", "proxies", "proxy", "trust", "explain", "config"}
 
 // New returns a Console, or an error if its templates do not parse.
 func New(opts Options) (*Console, error) {
@@ -112,6 +115,7 @@ func New(opts Options) (*Console, error) {
 	c.mux.HandleFunc("GET /ui/proxy", c.proxy)
 	c.mux.HandleFunc("GET /ui/trust", c.trust)
 	c.mux.HandleFunc("GET /ui/explain", c.explain)
+	c.mux.HandleFunc("GET /ui/config", c.config)
 	return c, nil
 }
 

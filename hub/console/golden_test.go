@@ -28,6 +28,7 @@ type fixture struct {
 	Spokez      debugdoc.Spokez      `json:"spokez"`
 	// Explainz answers every explain question.
 	Explainz debugdoc.Explainz `json:"explainz"`
+	Configz  debugdoc.Configz  `json:"configz"`
 }
 
 func loadFixture(t *testing.T) Sources {
@@ -46,6 +47,7 @@ func loadFixture(t *testing.T) Sources {
 		Proxies:     func() []proxystatus.Record { return append([]proxystatus.Record(nil), fx.Proxies...) },
 		Trustz:      func() debugdoc.Trustz { return fx.Trustz },
 		Spokez:      func() debugdoc.Spokez { return fx.Spokez },
+		Configz:     func() debugdoc.Configz { return fx.Configz },
 		Explain: func(proxy, host, subset string) debugdoc.Explainz {
 			e := fx.Explainz
 			e.Host, e.Subset = host, subset
@@ -85,6 +87,8 @@ func TestGoldenViews(t *testing.T) {
 		{"trust", "/ui/trust"},
 		{"explain-form", "/ui/explain"},
 		{"explain", "/ui/explain?proxy=p0001.demo&host=echo.demo:8080"},
+		{"config", "/ui/config"},
+		{"config-vs", "/ui/config?kind=VirtualService"},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			code, body := get(t, c, v.path, false)

@@ -3,6 +3,7 @@ package console
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -514,4 +515,33 @@ func (c *Console) explain(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, "explain", d)
+}
+
+// config shows the configuration objects the replica read, with their
+// state, errors, warnings and notes, filtered by kind (?kind=), and the
+// kinds whose CRD the config cluster lacks.
+func (c *Console) config(w http.ResponseWriter, r *http.Request) {
+	var doc debugdoc.Configz
+	if c.opts.Sources.Configz != nil {
+		doc = c.opts.Sources.Configz()
+	}
+	kind := r.URL.Query().Get("kind")
+	counts := map[string]int{}
+	var objs []debugdoc.ConfigzObject
+	for _, o := range doc.Objects {
+		counts[o.Kind]++
+		if kind == "" || o.Kind == kind {
+			objs = append(objs, o)
+		}
+	}
+	kinds := make([]count, 0, len(counts))
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		kinds = append(kinds, count{Label: k, ID: "kind-" + strings.ToLower(k), N: counts[k]})
+	}
+	c.render(w, r, "config", struct {
+		Doc     debugdoc.Configz
+		Objects []debugdoc.ConfigzObject
+		Kinds   []count
+		Kind    string
+	}{doc, objs, kinds, kind})
 }
