@@ -220,15 +220,22 @@ func (t *apiTranslator) gateway(g *KubeGateway) {
 	for _, l := range g.Spec.Listeners {
 		ls := gwv1.ListenerStatus{Name: l.Name, SupportedKinds: listenerKinds(l), AttachedRoutes: t.attached[g.Key][l.Name]}
 		srv, reason, msg := t.server(g, l)
+		if srv != nil {
+			// The CRD's schema is not trusted: the apiserver may hold
+			// what an older schema (or none) let through.
+			if errs := validate.Gateway(&networking.Gateway{Servers: append(slices.Clone(gw.Spec.Servers), srv)}); len(errs) > 0 {
+				srv, reason, msg = nil, reasonUnsupportedValue, errs.Error()
+			}
+		}
 		resolved := reason == ""
 		if srv != nil {
 			gw.Spec.Servers = append(gw.Spec.Servers, srv)
 		}
 		accepted := srv != nil || resolved
-		if reason == string(gwv1.ListenerReasonUnsupportedProtocol) {
+		if reason == string(gwv1.ListenerReasonUnsupportedProtocol) || reason == reasonUnsupportedValue {
 			accepted = false
 		}
-		refsOK := resolved || reason == string(gwv1.ListenerReasonUnsupportedProtocol)
+		refsOK := resolved || reason == string(gwv1.ListenerReasonUnsupportedProtocol) || reason == reasonUnsupportedValue
 		ls.Conditions = []metav1.Condition{
 			condition(string(gwv1.ListenerConditionAccepted), accepted, pick(accepted, string(gwv1.ListenerReasonAccepted), reason), msg, g.Generation),
 			condition(string(gwv1.ListenerConditionProgrammed), srv != nil, pick(srv != nil, string(gwv1.ListenerReasonProgrammed), string(gwv1.ListenerReasonInvalid)), msg, g.Generation),
@@ -247,6 +254,11 @@ func (t *apiTranslator) gateway(g *KubeGateway) {
 		t.out.objects = append(t.out.objects, gw)
 	}
 }
+
+// reasonUnsupportedValue is a listener's Accepted reason when a field's
+// value cannot be served (a port out of range, a name used twice, a
+// hostname that is not one).
+const reasonUnsupportedValue = "UnsupportedValue"
 
 // supportedKinds are the route kinds a listener of protocol p takes.
 func supportedKinds(p gwv1.ProtocolType) []gwv1.RouteGroupKind {

@@ -268,3 +268,24 @@ func TestGatewayAPINamespaceSelector(t *testing.T) {
 		t.Errorf("route of a selected namespace: %s", got)
 	}
 }
+
+// TestGatewayAPIInvalidListener: a listener the apiserver stored despite
+// the CRD's schema (a port out of range, a name used twice) is not
+// accepted, with the field's problem; the Gateway's other listeners serve.
+func TestGatewayAPIInvalidListener(t *testing.T) {
+	snap := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{
+		apiObject(t, "KubernetesGateway", "ingress", "web", `{"gatewayClassName":"istio","listeners":[
+			{"name":"ok","port":80,"protocol":"HTTP"},{"name":"zero","port":0,"protocol":"HTTP"},{"name":"ok","port":81,"protocol":"HTTP"}]}`),
+	})
+	st, _ := snap.GatewayAPIStatus(istioconfig.Key{Kind: "KubernetesGateway", Namespace: "ingress", Name: "web"})
+	for i, want := range []string{"True/Accepted", "False/UnsupportedValue", "False/UnsupportedValue"} {
+		c := st.Listeners[i].Conditions[0]
+		if got := string(c.Status) + "/" + c.Reason; got != want {
+			t.Errorf("listener %d Accepted %s (%s), want %s", i, got, c.Message, want)
+		}
+	}
+	gws := snap.GatewaysFor("ingress", model.NewLabels(map[string]string{istioconfig.GatewayNameLabel: "web"}))
+	if len(gws) != 1 || len(gws[0].Spec.GetServers()) != 1 {
+		t.Errorf("served %v, want the one valid listener", gws)
+	}
+}
