@@ -1,9 +1,7 @@
 package istioconfig
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -27,33 +25,8 @@ import (
 // into e.
 func evaluateGatewayAPI(e *entry, kind string, spec []byte, u *unstructured.Unstructured) *entry {
 	e.apiStatus, _ = u.Object["status"].(map[string]any)
-	dec := func(into any) error {
-		d := json.NewDecoder(bytes.NewReader(spec))
-		return d.Decode(into)
-	}
-	var err error
-	switch kind {
-	case validate.KindGatewayClass:
-		o := &istioconfig.GatewayClass{Meta: e.meta}
-		err, e.obj = dec(&o.Spec), o
-	case validate.KindKubeGateway:
-		o := &istioconfig.KubeGateway{Meta: e.meta}
-		err, e.obj = dec(&o.Spec), o
-	case validate.KindHTTPRoute:
-		o := &istioconfig.HTTPRoute{Meta: e.meta}
-		err, e.obj = dec(&o.Spec), o
-	case validate.KindGRPCRoute:
-		o := &istioconfig.GRPCRoute{Meta: e.meta}
-		err, e.obj = dec(&o.Spec), o
-	case validate.KindTLSRoute:
-		o := &istioconfig.TLSRoute{Meta: e.meta}
-		err, e.obj = dec(&o.Spec), o
-	case validate.KindReferenceGrant:
-		o := &istioconfig.ReferenceGrant{Meta: e.meta}
-		err, e.obj = dec(&o.Spec), o
-	default:
-		err = fmt.Errorf("%s is not applied by the hub", kind)
-	}
+	obj, err := istioconfig.NewGatewayAPIObject(kind, e.meta, spec)
+	e.obj = obj
 	if err != nil {
 		e.obj = nil
 		e.reason, e.errs = ReasonUndecodable, validate.ErrorList{{Field: "spec", Detail: err.Error()}}

@@ -2,7 +2,9 @@ package istioconfig
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -117,6 +119,41 @@ func condition(typ string, ok bool, reason, msg string, gen int64) metav1.Condit
 	return metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen}
 }
 
+// NewGatewayAPIObject decodes spec, the JSON of a Gateway API object of
+// kind (validate.KindGatewayClass …), into the object of meta. The
+// apiserver has checked it against the CRD's schema; the translation
+// checks again what it serves.
+func NewGatewayAPIObject(kind string, meta Meta, spec []byte) (Object, error) {
+	var o Object
+	var into any
+	switch kind {
+	case validate.KindGatewayClass:
+		x := &GatewayClass{Meta: meta}
+		o, into = x, &x.Spec
+	case validate.KindKubeGateway:
+		x := &KubeGateway{Meta: meta}
+		o, into = x, &x.Spec
+	case validate.KindHTTPRoute:
+		x := &HTTPRoute{Meta: meta}
+		o, into = x, &x.Spec
+	case validate.KindGRPCRoute:
+		x := &GRPCRoute{Meta: meta}
+		o, into = x, &x.Spec
+	case validate.KindTLSRoute:
+		x := &TLSRoute{Meta: meta}
+		o, into = x, &x.Spec
+	case validate.KindReferenceGrant:
+		x := &ReferenceGrant{Meta: meta}
+		o, into = x, &x.Spec
+	default:
+		return nil, fmt.Errorf("istioconfig: %s is not a Gateway API kind", kind)
+	}
+	if err := json.Unmarshal(spec, into); err != nil {
+		return nil, fmt.Errorf("istioconfig: %s spec: %w", kind, err)
+	}
+	return o, nil
+}
+
 // pick is yes when ok, else no.
 func pick(ok bool, yes, no string) string {
 	if ok {
@@ -181,20 +218,10 @@ func translateGatewayAPI(objects map[Key]Object, domainSuffix string, nsLabels m
 	for _, r := range routes {
 		t.route(r)
 	}
-	for _, k := range slices.SortedFunc(mapKeysOf(t.gateways), compareKeys) {
+	for _, k := range slices.SortedFunc(maps.Keys(t.gateways), compareKeys) {
 		t.gateway(t.gateways[k])
 	}
 	return t.out
-}
-
-func mapKeysOf[V any](m map[Key]V) func(func(Key) bool) {
-	return func(yield func(Key) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // ours reports whether meshfed serves Gateways of class name.

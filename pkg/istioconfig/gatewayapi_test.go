@@ -1,7 +1,6 @@
 package istioconfig_test
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -16,29 +15,8 @@ import (
 func apiObject(t *testing.T, kind, ns, name, spec string) istioconfig.Object {
 	t.Helper()
 	meta := istioconfig.Meta{Key: istioconfig.Key{Kind: kind, Namespace: ns, Name: name}, Generation: 3, Created: time.Unix(0, 0)}
-	var o istioconfig.Object
-	var into any
-	switch kind {
-	case "GatewayClass":
-		x := &istioconfig.GatewayClass{Meta: meta}
-		o, into = x, &x.Spec
-	case "KubernetesGateway":
-		x := &istioconfig.KubeGateway{Meta: meta}
-		o, into = x, &x.Spec
-	case "HTTPRoute":
-		x := &istioconfig.HTTPRoute{Meta: meta}
-		o, into = x, &x.Spec
-	case "GRPCRoute":
-		x := &istioconfig.GRPCRoute{Meta: meta}
-		o, into = x, &x.Spec
-	case "TLSRoute":
-		x := &istioconfig.TLSRoute{Meta: meta}
-		o, into = x, &x.Spec
-	case "ReferenceGrant":
-		x := &istioconfig.ReferenceGrant{Meta: meta}
-		o, into = x, &x.Spec
-	}
-	if err := json.Unmarshal([]byte(spec), into); err != nil {
+	o, err := istioconfig.NewGatewayAPIObject(kind, meta, []byte(spec))
+	if err != nil {
 		t.Fatal(err)
 	}
 	return o

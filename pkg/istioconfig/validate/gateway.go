@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"cmp"
 	"strings"
 
 	networking "istio.io/api/networking/v1alpha3"
@@ -84,7 +85,7 @@ func checkServerTLS(e *errs, p *field.Path, srv *networking.Server) {
 	if !secure {
 		if tls.GetMode() != networking.ServerTLSSettings_PASSTHROUGH || tls.GetCredentialName() != "" ||
 			tls.GetServerCertificate() != "" {
-			e.add(p, "a %s server takes only httpsRedirect", cmpOrDefault(proto, "plaintext"))
+			e.add(p, "a %s server takes only httpsRedirect", cmp.Or(proto, "plaintext"))
 		}
 		return
 	}
@@ -109,11 +110,4 @@ func secretRef(s string) bool {
 		return false
 	}
 	return len(validation.IsDNS1123Subdomain(name)) == 0
-}
-
-func cmpOrDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
