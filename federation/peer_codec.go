@@ -187,6 +187,15 @@ func shardToProto(c model.ClusterID, s *model.ServiceShard) *peerpb.Shard {
 		out.Service = ps
 	}
 	out.PortNames = portNames(s)
+	out.Network = string(s.Network)
+	if gw := s.Gateway; gw != nil {
+		pg := &peerpb.NetworkGateway{Network: string(gw.Network), Port: gw.Port, Problem: gw.Problem,
+			Addresses: make([][]byte, len(gw.Addresses))}
+		for i, a := range gw.Addresses {
+			pg.Addresses[i] = a.AsSlice()
+		}
+		out.Gateway = pg
+	}
 	// One allocation for every endpoint of the shard, one for every target
 	// port.
 	eps := make([]peerpb.Endpoint, len(s.Endpoints))
@@ -202,6 +211,9 @@ func shardToProto(c model.ClusterID, s *model.ServiceShard) *peerpb.Shard {
 		}
 		pe.Region, pe.Zone, pe.SubZone = e.Locality.Region, e.Locality.Zone, e.Locality.SubZone
 		pe.Ready, pe.ServiceAccount, pe.Pod = e.Ready, e.ServiceAccount, e.Pod
+		if e.Network != s.Network {
+			pe.Network = string(e.Network)
+		}
 		pe.LabelSet = sets.ref(e.Labels)
 		if len(e.Ports) > 0 {
 			tp := ports[i*len(out.PortNames) : (i+1)*len(out.PortNames) : (i+1)*len(out.PortNames)]
@@ -289,6 +301,18 @@ func shardFromProto(c model.ClusterID, p *peerpb.Shard) (*model.ServiceShard, er
 		}
 		out.Service = svc
 	}
+	out.Network = model.Network(intern(p.GetNetwork()))
+	if pg := p.GetGateway(); pg != nil {
+		gw := &model.NetworkGateway{Network: model.Network(intern(pg.GetNetwork())), Port: pg.GetPort(), Problem: pg.GetProblem()}
+		for i, a := range pg.GetAddresses() {
+			addr, ok := netip.AddrFromSlice(a)
+			if !ok {
+				return nil, fmt.Errorf("gateway address %d: %d bytes", i, len(a))
+			}
+			gw.Addresses = append(gw.Addresses, addr)
+		}
+		out.Gateway = gw
+	}
 	names := p.GetPortNames()
 	for i, name := range names {
 		names[i] = intern(name)
@@ -314,6 +338,10 @@ func shardFromProto(c model.ClusterID, p *peerpb.Shard) (*model.ServiceShard, er
 		}
 		e.Locality = model.Locality{Region: intern(pe.GetRegion()), Zone: intern(pe.GetZone()), SubZone: intern(pe.GetSubZone())}
 		e.Ready, e.ServiceAccount, e.Pod = pe.GetReady(), intern(pe.GetServiceAccount()), pe.GetPod()
+		e.Network = out.Network
+		if n := pe.GetNetwork(); n != "" {
+			e.Network = model.Network(intern(n))
+		}
 		if ref := pe.GetLabelSet(); ref != 0 {
 			if int(ref) > len(sets) {
 				return nil, fmt.Errorf("endpoint %d: label set %d of %d", i, ref, len(sets))

@@ -157,3 +157,37 @@ func TestCodecWithoutLabels(t *testing.T) {
 		t.Errorf("dangling label set: err = %v", err)
 	}
 }
+
+// TestCodecRoundTripsNetworks: a shard's network, the network of a Pod
+// that says another, and a gateway's addresses and problem survive the
+// wire; the shard's network is written once, not per endpoint.
+func TestCodecRoundTripsNetworks(t *testing.T) {
+	sh := labelledShard()
+	sh.Network = "network-1"
+	for i := range sh.Endpoints {
+		sh.Endpoints[i].Network = "network-1"
+	}
+	sh.Endpoints[2].Network = "network-2"
+	sh.Gateway = &model.NetworkGateway{Network: "network-1", Port: 15443,
+		Addresses: []netip.Addr{netip.MustParseAddr("198.19.0.10"), netip.MustParseAddr("2001:db8::1")}}
+	problem := labelledShard()
+	problem.Gateway = &model.NetworkGateway{Network: "network-3", Port: 15443, Problem: "no address"}
+	for _, s := range []*model.ServiceShard{sh, problem} {
+		m := &federation.PeerMessage{Delta: &federation.ShardDelta{Cluster: "cluster-1",
+			Version: federation.Version{Term: 1, Seq: 1, Owner: "hub-0"}, Hostname: s.Service.Hostname, Shard: s}}
+		data, err := federation.EncodePeerMessage(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := federation.DecodePeerMessage(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Delta.Shard.Equal(s) {
+			t.Errorf("round trip changed the shard:\n got %+v\nwant %+v", got.Delta.Shard, s)
+		}
+		if n := bytes.Count(data, []byte("network-1")); s == sh && n != 2 {
+			t.Errorf("network-1 is on the wire %d times, want 2 (the shard's and the gateway's)", n)
+		}
+	}
+}

@@ -48,11 +48,13 @@ func (e *explainer) Explain(proxy, hostPort, subset string) debugdoc.Explainz {
 		return doc
 	}
 	doc.Proxy, doc.Cluster, doc.Locality, doc.ServedBy = rec.Proxy, rec.Cluster, rec.Locality, rec.Replica
+	doc.Network = rec.Network
 	x, err := e.explain(groupOf(rec), model.Hostname(host), port, subset)
 	if err != nil {
 		doc.Error = err.Error()
 		return doc
 	}
+	doc.Network = string(x.Network)
 	doc.Port, doc.Assignment, doc.Endpoints = x.Port, x.Assignment, x.Endpoints
 	return doc
 }
@@ -86,11 +88,14 @@ func findProxy(recs []proxystatus.Record, q string) (proxystatus.Record, bool) {
 	return best, found
 }
 
-// groupOf is the proxy group of a status record: its cluster and locality.
+// groupOf is the proxy group of a status record: its cluster, locality
+// and the network it said (when it said none, the explaining server knows
+// its cluster's).
 func groupOf(r proxystatus.Record) xdsgen.ProxyGroup {
 	parts := strings.SplitN(r.Locality, "/", 3)
 	for len(parts) < 3 {
 		parts = append(parts, "")
 	}
-	return xdsgen.ProxyGroup{Cluster: model.ClusterID(r.Cluster), Region: parts[0], Zone: parts[1], SubZone: parts[2]}
+	return xdsgen.ProxyGroup{Cluster: model.ClusterID(r.Cluster), Region: parts[0], Zone: parts[1], SubZone: parts[2],
+		Network: model.Network(r.Network)}
 }

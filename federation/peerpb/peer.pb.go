@@ -549,6 +549,8 @@ type Shard struct {
 	Endpoints     []*Endpoint            `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
 	PortNames     []string               `protobuf:"bytes,3,rep,name=port_names,json=portNames,proto3" json:"port_names,omitempty"`
 	LabelSets     []*LabelSet            `protobuf:"bytes,4,rep,name=label_sets,json=labelSets,proto3" json:"label_sets,omitempty"`
+	Network       string                 `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
+	Gateway       *NetworkGateway        `protobuf:"bytes,6,opt,name=gateway,proto3" json:"gateway,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -611,6 +613,88 @@ func (x *Shard) GetLabelSets() []*LabelSet {
 	return nil
 }
 
+func (x *Shard) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *Shard) GetGateway() *NetworkGateway {
+	if x != nil {
+		return x.Gateway
+	}
+	return nil
+}
+
+type NetworkGateway struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Network       string                 `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	Port          uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Addresses     [][]byte               `protobuf:"bytes,3,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Problem       string                 `protobuf:"bytes,4,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkGateway) Reset() {
+	*x = NetworkGateway{}
+	mi := &file_federation_peerpb_peer_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkGateway) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkGateway) ProtoMessage() {}
+
+func (x *NetworkGateway) ProtoReflect() protoreflect.Message {
+	mi := &file_federation_peerpb_peer_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkGateway.ProtoReflect.Descriptor instead.
+func (*NetworkGateway) Descriptor() ([]byte, []int) {
+	return file_federation_peerpb_peer_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NetworkGateway) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *NetworkGateway) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *NetworkGateway) GetAddresses() [][]byte {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *NetworkGateway) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
 type LabelSet struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Labels        map[string]string      `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -620,7 +704,7 @@ type LabelSet struct {
 
 func (x *LabelSet) Reset() {
 	*x = LabelSet{}
-	mi := &file_federation_peerpb_peer_proto_msgTypes[8]
+	mi := &file_federation_peerpb_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +716,7 @@ func (x *LabelSet) String() string {
 func (*LabelSet) ProtoMessage() {}
 
 func (x *LabelSet) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_peerpb_peer_proto_msgTypes[8]
+	mi := &file_federation_peerpb_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +729,7 @@ func (x *LabelSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LabelSet.ProtoReflect.Descriptor instead.
 func (*LabelSet) Descriptor() ([]byte, []int) {
-	return file_federation_peerpb_peer_proto_rawDescGZIP(), []int{8}
+	return file_federation_peerpb_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LabelSet) GetLabels() map[string]string {
@@ -667,7 +751,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_federation_peerpb_peer_proto_msgTypes[9]
+	mi := &file_federation_peerpb_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +763,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_peerpb_peer_proto_msgTypes[9]
+	mi := &file_federation_peerpb_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +776,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_federation_peerpb_peer_proto_rawDescGZIP(), []int{9}
+	return file_federation_peerpb_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Service) GetHostname() string {
@@ -734,7 +818,7 @@ type ServicePort struct {
 
 func (x *ServicePort) Reset() {
 	*x = ServicePort{}
-	mi := &file_federation_peerpb_peer_proto_msgTypes[10]
+	mi := &file_federation_peerpb_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +830,7 @@ func (x *ServicePort) String() string {
 func (*ServicePort) ProtoMessage() {}
 
 func (x *ServicePort) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_peerpb_peer_proto_msgTypes[10]
+	mi := &file_federation_peerpb_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +843,7 @@ func (x *ServicePort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
 func (*ServicePort) Descriptor() ([]byte, []int) {
-	return file_federation_peerpb_peer_proto_rawDescGZIP(), []int{10}
+	return file_federation_peerpb_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ServicePort) GetName() string {
@@ -795,13 +879,14 @@ type Endpoint struct {
 	Pod            string                 `protobuf:"bytes,8,opt,name=pod,proto3" json:"pod,omitempty"`
 	TargetPorts    []uint32               `protobuf:"varint,10,rep,packed,name=target_ports,json=targetPorts,proto3" json:"target_ports,omitempty"`
 	LabelSet       uint32                 `protobuf:"varint,11,opt,name=label_set,json=labelSet,proto3" json:"label_set,omitempty"`
+	Network        string                 `protobuf:"bytes,12,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_federation_peerpb_peer_proto_msgTypes[11]
+	mi := &file_federation_peerpb_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +898,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_federation_peerpb_peer_proto_msgTypes[11]
+	mi := &file_federation_peerpb_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +911,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_federation_peerpb_peer_proto_rawDescGZIP(), []int{11}
+	return file_federation_peerpb_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Endpoint) GetCluster() string {
@@ -899,6 +984,13 @@ func (x *Endpoint) GetLabelSet() uint32 {
 	return 0
 }
 
+func (x *Endpoint) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
 var File_federation_peerpb_peer_proto protoreflect.FileDescriptor
 
 const file_federation_peerpb_peer_proto_rawDesc = "" +
@@ -942,14 +1034,21 @@ const file_federation_peerpb_peer_proto_rawDesc = "" +
 	"\bclusters\x18\x01 \x03(\tR\bclusters\"f\n" +
 	"\x10ClusterTombstone\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x128\n" +
-	"\aversion\x18\x02 \x01(\v2\x1e.meshfed.federation.v1.VersionR\aversion\"\xdf\x01\n" +
+	"\aversion\x18\x02 \x01(\v2\x1e.meshfed.federation.v1.VersionR\aversion\"\xba\x02\n" +
 	"\x05Shard\x128\n" +
 	"\aservice\x18\x01 \x01(\v2\x1e.meshfed.federation.v1.ServiceR\aservice\x12=\n" +
 	"\tendpoints\x18\x02 \x03(\v2\x1f.meshfed.federation.v1.EndpointR\tendpoints\x12\x1d\n" +
 	"\n" +
 	"port_names\x18\x03 \x03(\tR\tportNames\x12>\n" +
 	"\n" +
-	"label_sets\x18\x04 \x03(\v2\x1f.meshfed.federation.v1.LabelSetR\tlabelSets\"\x8a\x01\n" +
+	"label_sets\x18\x04 \x03(\v2\x1f.meshfed.federation.v1.LabelSetR\tlabelSets\x12\x18\n" +
+	"\anetwork\x18\x05 \x01(\tR\anetwork\x12?\n" +
+	"\agateway\x18\x06 \x01(\v2%.meshfed.federation.v1.NetworkGatewayR\agateway\"v\n" +
+	"\x0eNetworkGateway\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1c\n" +
+	"\taddresses\x18\x03 \x03(\fR\taddresses\x12\x18\n" +
+	"\aproblem\x18\x04 \x01(\tR\aproblem\"\x8a\x01\n" +
 	"\bLabelSet\x12C\n" +
 	"\x06labels\x18\x01 \x03(\v2+.meshfed.federation.v1.LabelSet.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
@@ -963,7 +1062,7 @@ const file_federation_peerpb_peer_proto_rawDesc = "" +
 	"\vServicePort\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
-	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\x9c\x02\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\"\xb6\x02\n" +
 	"\bEndpoint\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\fR\aaddress\x12\x16\n" +
@@ -975,7 +1074,8 @@ const file_federation_peerpb_peer_proto_rawDesc = "" +
 	"\x03pod\x18\b \x01(\tR\x03pod\x12!\n" +
 	"\ftarget_ports\x18\n" +
 	" \x03(\rR\vtargetPorts\x12\x1b\n" +
-	"\tlabel_set\x18\v \x01(\rR\blabelSetJ\x04\b\t\x10\n" +
+	"\tlabel_set\x18\v \x01(\rR\blabelSet\x12\x18\n" +
+	"\anetwork\x18\f \x01(\tR\anetworkJ\x04\b\t\x10\n" +
 	"B.Z,github.com/meshfed/meshfed/federation/peerpbb\x06proto3"
 
 var (
@@ -990,7 +1090,7 @@ func file_federation_peerpb_peer_proto_rawDescGZIP() []byte {
 	return file_federation_peerpb_peer_proto_rawDescData
 }
 
-var file_federation_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_federation_peerpb_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_federation_peerpb_peer_proto_goTypes = []any{
 	(*PeerMessage)(nil),      // 0: meshfed.federation.v1.PeerMessage
 	(*Hello)(nil),            // 1: meshfed.federation.v1.Hello
@@ -1000,12 +1100,13 @@ var file_federation_peerpb_peer_proto_goTypes = []any{
 	(*Resync)(nil),           // 5: meshfed.federation.v1.Resync
 	(*ClusterTombstone)(nil), // 6: meshfed.federation.v1.ClusterTombstone
 	(*Shard)(nil),            // 7: meshfed.federation.v1.Shard
-	(*LabelSet)(nil),         // 8: meshfed.federation.v1.LabelSet
-	(*Service)(nil),          // 9: meshfed.federation.v1.Service
-	(*ServicePort)(nil),      // 10: meshfed.federation.v1.ServicePort
-	(*Endpoint)(nil),         // 11: meshfed.federation.v1.Endpoint
-	nil,                      // 12: meshfed.federation.v1.Hello.DigestEntry
-	nil,                      // 13: meshfed.federation.v1.LabelSet.LabelsEntry
+	(*NetworkGateway)(nil),   // 8: meshfed.federation.v1.NetworkGateway
+	(*LabelSet)(nil),         // 9: meshfed.federation.v1.LabelSet
+	(*Service)(nil),          // 10: meshfed.federation.v1.Service
+	(*ServicePort)(nil),      // 11: meshfed.federation.v1.ServicePort
+	(*Endpoint)(nil),         // 12: meshfed.federation.v1.Endpoint
+	nil,                      // 13: meshfed.federation.v1.Hello.DigestEntry
+	nil,                      // 14: meshfed.federation.v1.LabelSet.LabelsEntry
 }
 var file_federation_peerpb_peer_proto_depIdxs = []int32{
 	1,  // 0: meshfed.federation.v1.PeerMessage.hello:type_name -> meshfed.federation.v1.Hello
@@ -1013,23 +1114,24 @@ var file_federation_peerpb_peer_proto_depIdxs = []int32{
 	4,  // 2: meshfed.federation.v1.PeerMessage.delta:type_name -> meshfed.federation.v1.ShardDelta
 	5,  // 3: meshfed.federation.v1.PeerMessage.resync:type_name -> meshfed.federation.v1.Resync
 	6,  // 4: meshfed.federation.v1.PeerMessage.superseded:type_name -> meshfed.federation.v1.ClusterTombstone
-	12, // 5: meshfed.federation.v1.Hello.digest:type_name -> meshfed.federation.v1.Hello.DigestEntry
+	13, // 5: meshfed.federation.v1.Hello.digest:type_name -> meshfed.federation.v1.Hello.DigestEntry
 	2,  // 6: meshfed.federation.v1.ClusterSnapshot.version:type_name -> meshfed.federation.v1.Version
 	7,  // 7: meshfed.federation.v1.ClusterSnapshot.shards:type_name -> meshfed.federation.v1.Shard
 	2,  // 8: meshfed.federation.v1.ShardDelta.version:type_name -> meshfed.federation.v1.Version
 	7,  // 9: meshfed.federation.v1.ShardDelta.shard:type_name -> meshfed.federation.v1.Shard
 	2,  // 10: meshfed.federation.v1.ClusterTombstone.version:type_name -> meshfed.federation.v1.Version
-	9,  // 11: meshfed.federation.v1.Shard.service:type_name -> meshfed.federation.v1.Service
-	11, // 12: meshfed.federation.v1.Shard.endpoints:type_name -> meshfed.federation.v1.Endpoint
-	8,  // 13: meshfed.federation.v1.Shard.label_sets:type_name -> meshfed.federation.v1.LabelSet
-	13, // 14: meshfed.federation.v1.LabelSet.labels:type_name -> meshfed.federation.v1.LabelSet.LabelsEntry
-	10, // 15: meshfed.federation.v1.Service.ports:type_name -> meshfed.federation.v1.ServicePort
-	2,  // 16: meshfed.federation.v1.Hello.DigestEntry.value:type_name -> meshfed.federation.v1.Version
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	10, // 11: meshfed.federation.v1.Shard.service:type_name -> meshfed.federation.v1.Service
+	12, // 12: meshfed.federation.v1.Shard.endpoints:type_name -> meshfed.federation.v1.Endpoint
+	9,  // 13: meshfed.federation.v1.Shard.label_sets:type_name -> meshfed.federation.v1.LabelSet
+	8,  // 14: meshfed.federation.v1.Shard.gateway:type_name -> meshfed.federation.v1.NetworkGateway
+	14, // 15: meshfed.federation.v1.LabelSet.labels:type_name -> meshfed.federation.v1.LabelSet.LabelsEntry
+	11, // 16: meshfed.federation.v1.Service.ports:type_name -> meshfed.federation.v1.ServicePort
+	2,  // 17: meshfed.federation.v1.Hello.DigestEntry.value:type_name -> meshfed.federation.v1.Version
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_federation_peerpb_peer_proto_init() }
@@ -1052,7 +1154,7 @@ func file_federation_peerpb_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_federation_peerpb_peer_proto_rawDesc), len(file_federation_peerpb_peer_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -81,9 +81,9 @@ type endpointLookup struct {
 }
 
 // endpointsFromSlices joins a Service's EndpointSlices with their Nodes and
-// Pods. An address listed by several slices (as during a slice rollover)
+// Pods, on network (the cluster's) unless its Pod says another. An address listed by several slices (as during a slice rollover)
 // appears once, ready if any slice says so. The result is in canonical order.
-func endpointsFromSlices(c model.ClusterID, slices []*discoveryv1.EndpointSlice, look endpointLookup) []model.Endpoint {
+func endpointsFromSlices(c model.ClusterID, network model.Network, slices []*discoveryv1.EndpointSlice, look endpointLookup) []model.Endpoint {
 	// The shard keeps out as it is: sized once, it wastes no capacity
 	// (an endpoint is 144 bytes).
 	n := 0
@@ -118,10 +118,12 @@ func endpointsFromSlices(c model.ClusterID, slices []*discoveryv1.EndpointSlice,
 			}
 			var sa, pod string
 			var labels model.Labels
+			epNetwork := network
 			if ref, ok := podOfEndpoint(sl, ke); ok {
 				pod = ref.Name
 				if p := look.pod(ref.Namespace, ref.Name); p != nil {
 					sa, labels = p.serviceAccount(), p.labels // labels interned already
+					epNetwork = networkOf(labels, network)
 				}
 			}
 			for _, a := range ke.Addresses {
@@ -135,7 +137,7 @@ func endpointsFromSlices(c model.ClusterID, slices []*discoveryv1.EndpointSlice,
 				}
 				byAddr[addr] = len(out)
 				out = append(out, model.Endpoint{
-					Cluster: c, Address: addr, Locality: loc, Ready: ready,
+					Cluster: c, Address: addr, Locality: loc, Network: epNetwork, Ready: ready,
 					ServiceAccount: sa, Pod: pod, Labels: labels, Ports: ports,
 				})
 			}

@@ -85,7 +85,7 @@ func TestEndpointsFromSlices(t *testing.T) {
 			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"example.com"}}},
 		},
 	}
-	got := endpointsFromSlices("c1", slices, look)
+	got := endpointsFromSlices("c1", "", slices, look)
 	if len(got) != 2 {
 		t.Fatalf("got %d endpoints: %+v", len(got), got)
 	}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -317,6 +318,7 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 	}
 
 	scope, serr := ParseScope(secret.Annotations[AnnotationDiscoverySelector])
+	scope.Network = model.Network(strings.TrimSpace(secret.Annotations[AnnotationNetwork]))
 	if serr != nil {
 		// Never widened: a running cluster keeps the scope it had, a new
 		// one is not started.
@@ -469,7 +471,7 @@ func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, sec
 	indexes := slices.Clone(p.indexes)
 	p.mu.RUnlock()
 	scope := p.scopes[c.ID]
-	if old != nil && bytes.Equal(old.kubeconfig, c.Kubeconfig) && old.scope.String() == scope.String() && !force {
+	if old != nil && bytes.Equal(old.kubeconfig, c.Kubeconfig) && old.scope.same(scope) && !force {
 		return
 	}
 	p.opts.Status.Set(c.ID, secret, StateSyncing, "")
@@ -513,7 +515,7 @@ func (p *Provider) startCluster(ctx context.Context, c remotesecret.Cluster, sec
 		log.Info("remote cluster credentials replaced", "cluster", c.ID)
 	case old != nil:
 		old.cancel()
-		log.Info("remote cluster discovery scope changed", "cluster", c.ID, "discoverySelector", scope.String())
+		log.Info("remote cluster discovery scope or network changed", "cluster", c.ID, "discoverySelector", scope.String(), "network", scope.Network)
 	default:
 		log.Info("remote cluster added", "cluster", c.ID)
 	}

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/meshfed/meshfed/pkg/model"
 )
 
 // AnnotationDiscoverySelector, on a remote secret, narrows what the hub
@@ -20,6 +22,12 @@ import (
 // matches both. Absent or empty: every namespace the hub-wide selector
 // allows.
 const AnnotationDiscoverySelector = "meshfed.io/discovery-selector"
+
+// AnnotationNetwork, on a remote secret, is the network of every cluster
+// of the secret, as the hub's default: a cluster whose system namespace
+// carries model.LabelTopologyNetwork is on that network instead, and a Pod
+// carrying the label is on its own.
+const AnnotationNetwork = "meshfed.io/network"
 
 // nameLabel is the label the apiserver puts on every Namespace: its name.
 const nameLabel = corev1.LabelMetadataName
@@ -34,6 +42,9 @@ type Scope struct {
 	// cluster's namespaced watches are then made per namespace, so the
 	// apiserver sends nothing of the others. Nil otherwise.
 	Namespaces []string
+	// Network is the secret's AnnotationNetwork: the cluster's network
+	// when its system namespace says none.
+	Network model.Network
 }
 
 // ParseScope parses an AnnotationDiscoverySelector value.
@@ -80,6 +91,10 @@ func namedNamespaces(sel labels.Selector) []string {
 	slices.Sort(names)
 	return slices.Compact(names)
 }
+
+// same reports whether s and o discover the same things on the same
+// network.
+func (s Scope) same(o Scope) bool { return s.String() == o.String() && s.Network == o.Network }
 
 // String is the annotation's value; "" for the whole cluster.
 func (s Scope) String() string {

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/meshfed/meshfed/pkg/model"
 )
 
 // watchedScheme knows exactly the kinds a cluster watcher reads.
@@ -74,8 +76,19 @@ var transformObject toolscache.TransformFunc = func(obj any) (any, error) {
 		o.Spec = corev1.NodeSpec{}
 		o.Status = corev1.NodeStatus{}
 	case *corev1.Service:
+		// A network's gateway keeps what gatewayOf reads: its port
+		// annotation and its load balancer's addresses.
+		gwPort := o.Annotations[model.AnnotationGatewayPort]
+		isGateway := o.Labels[model.LabelTopologyNetwork] != ""
 		stripMeta(&o.ObjectMeta, true)
-		o.Status = corev1.ServiceStatus{}
+		if isGateway {
+			if gwPort != "" {
+				o.Annotations = map[string]string{model.AnnotationGatewayPort: gwPort}
+			}
+			o.Status = corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: o.Status.LoadBalancer.Ingress}}
+		} else {
+			o.Status = corev1.ServiceStatus{}
+		}
 	case *discoveryv1.EndpointSlice:
 		stripMeta(&o.ObjectMeta, true)
 		o.Labels = internLabels(o.Labels)

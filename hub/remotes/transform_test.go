@@ -87,7 +87,7 @@ func TestLeanEndpointSlice(t *testing.T) {
 	}
 
 	// What the registry reads of it is unchanged.
-	eps := endpointsFromSlices("c1", []*discoveryv1.EndpointSlice{got}, endpointLookup{
+	eps := endpointsFromSlices("c1", "", []*discoveryv1.EndpointSlice{got}, endpointLookup{
 		node: func(string) *corev1.Node { return nil },
 		pod:  func(string, string) *podInfo { return &podInfo{shared: unique.Make(podShared{serviceAccount: "sa"})} },
 	})

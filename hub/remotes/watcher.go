@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -55,6 +57,12 @@ type WatcherOptions struct {
 	// wait for the next attempt. The cluster shows syncing until the new
 	// watches have listed and published.
 	Reconnect func(model.ClusterID)
+	// SystemNamespace is the namespace whose model.LabelTopologyNetwork
+	// is a cluster's network. Default DefaultSystemNamespace.
+	SystemNamespace string
+	// Resolve finds the addresses of a gateway's load balancer hostname.
+	// Default the system resolver.
+	Resolve Resolver
 	// Clock times the sync timeout, the probes and the retry delays of
 	// each cluster's work queue. Default the real clock.
 	Clock clock.WithTicker
@@ -88,6 +96,12 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 	opts.ProbeInterval = min(opts.ProbeInterval, opts.SyncTimeout)
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.SystemNamespace == "" {
+		opts.SystemNamespace = DefaultSystemNamespace
+	}
+	if opts.Resolve == nil {
+		opts.Resolve = resolveHost
 	}
 	return &Watcher{opts: opts, engaged: map[model.ClusterID]cluster.Cluster{}}
 }
@@ -427,7 +441,13 @@ func (cw *clusterWatch) addHandlers(ctx context.Context) error {
 		}
 	}
 	nsKey := func(obj any) {
-		if o := metaOf(obj); o != nil && cw.filtersNamespaces() {
+		o := metaOf(obj)
+		switch {
+		case o == nil:
+		case o.GetName() == cw.w.opts.SystemNamespace:
+			// Its network label is every endpoint's default.
+			cw.enqueueNamespace(ctx, "")
+		case cw.filtersNamespaces():
 			cw.enqueueNamespace(ctx, o.GetName())
 		}
 	}
@@ -528,13 +548,15 @@ func (cw *clusterWatch) podServices(pod types.NamespacedName, forget bool) []typ
 	return out
 }
 
+// enqueueNamespace queues every Service of namespace ns ("": of the
+// cluster).
 func (cw *clusterWatch) enqueueNamespace(ctx context.Context, ns string) {
 	var svcs corev1.ServiceList
 	if err := cw.cl.GetCache().List(ctx, &svcs, client.InNamespace(ns)); err != nil {
 		return
 	}
 	for i := range svcs.Items {
-		cw.queue.Add(types.NamespacedName{Namespace: ns, Name: svcs.Items[i].Name})
+		cw.queue.Add(types.NamespacedName{Namespace: svcs.Items[i].Namespace, Name: svcs.Items[i].Name})
 	}
 }
 
@@ -638,11 +660,35 @@ func (cw *clusterWatch) compute(ctx context.Context, key types.NamespacedName) (
 		},
 		pod: cw.pods.get,
 	}
+	network := cw.network(ctx)
 	shard := &model.ServiceShard{
 		Service:   serviceFromKube(&svc, cw.w.opts.DomainSuffix),
-		Endpoints: endpointsFromSlices(cw.id, slices, look),
+		Endpoints: endpointsFromSlices(cw.id, network, slices, look),
+		Network:   network,
+		Gateway:   gatewayOf(ctx, &svc, cw.w.opts.Resolve),
 	}
 	return shard, h, nil
+}
+
+// network returns the cluster's network: its system namespace's label,
+// else the remote secret's default. (A discovery selector that leaves the
+// system namespace out leaves only the secret's default.)
+func (cw *clusterWatch) network(ctx context.Context) model.Network {
+	var ns corev1.Namespace
+	if err := cw.cl.GetCache().Get(ctx, types.NamespacedName{Name: cw.w.opts.SystemNamespace}, &ns); err == nil {
+		if n := ns.Labels[model.LabelTopologyNetwork]; n != "" {
+			return model.Network(n)
+		}
+	}
+	return cw.scope.Network
+}
+
+// resolveHost is the default Resolver: the system's, bounded in time, as
+// it runs on a cluster's work queue.
+func resolveHost(ctx context.Context, host string) ([]netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 }
 
 // index records which Pods and Nodes service key's shard depends on.

@@ -338,6 +338,21 @@ func (s *Store) Services() []*model.MergedService {
 	return out
 }
 
+// NetworkGateways returns the fleet's networks and their gateways
+// (model.Registry.NetworkGateways).
+func (s *Store) NetworkGateways() *model.NetworkGateways {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg.NetworkGateways()
+}
+
+// ClusterNetwork returns cluster c's network ("" when unknown).
+func (s *Store) ClusterNetwork(c model.ClusterID) model.Network {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reg.ClusterNetwork(c)
+}
+
 // ClusterSummary is what the store holds of one cluster.
 type ClusterSummary struct {
 	model.ClusterSummary

@@ -79,7 +79,7 @@ func (c *groupCache) buildGroup(g xdsgen.ProxyGroup, hg *heldGroup) {
 	apart := !c.lockForBuild()
 	if apart {
 		v := c.view.Load()
-		initial := xdsgen.GroupAssignments(meshServices(c.services(), v.cfg), g, v.cfg)
+		initial := xdsgen.GroupAssignments(meshServices(c.services(), v.cfg), g, v.cfg, v.nets)
 		lc = newCacheAt(c.ledger, resourcev3.EndpointType, initial, v.epoch)
 	} else {
 		// No push in progress: the planner builds it at once, sharing

@@ -7,6 +7,7 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 
 	"github.com/meshfed/meshfed/hub/xds/ads"
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
@@ -35,7 +36,7 @@ func (a attachment) same(b attachment) bool {
 // caches (buildSidecar); the node's other streams wait for that build,
 // none for a push.
 func (c *groupCache) attach(cur attachment, node *corev3.Node, md xdsnode.Metadata) attachment {
-	a := attachmentOf(node, md)
+	a := c.attachmentOf(node, md)
 	if cur.same(a) {
 		return cur
 	}
@@ -70,9 +71,13 @@ func (c *groupCache) attach(cur attachment, node *corev3.Node, md xdsnode.Metada
 }
 
 // attachmentOf is what a stream of node, whose metadata is md, is
-// attached to.
-func attachmentOf(node *corev3.Node, md xdsnode.Metadata) attachment {
-	a := attachment{group: proxyGroupOf(node, md.ClusterID), valid: true}
+// attached to: its group on its network, or its cluster's.
+func (c *groupCache) attachmentOf(node *corev3.Node, md xdsnode.Metadata) attachment {
+	var clusterNetwork model.Network
+	if md.Network == "" && c.clusterNetwork != nil {
+		clusterNetwork = c.clusterNetwork(md.ClusterID)
+	}
+	a := attachment{group: proxyGroupOf(node, md, clusterNetwork), valid: true}
 	if isEnvoy(node, md) {
 		a.sidecar = node.GetId()
 	}
@@ -82,11 +87,11 @@ func attachmentOf(node *corev3.Node, md xdsnode.Metadata) attachment {
 // attachmentOfWatch is the attachment of the stream of a watch, and its
 // conn: the conn's, else (a watch from elsewhere, as tests make) its
 // node's and nil.
-func attachmentOfWatch(sub cachev3.Subscription, node *corev3.Node) (attachment, *conn) {
+func (c *groupCache) attachmentOfWatch(sub cachev3.Subscription, node *corev3.Node) (attachment, *conn) {
 	if cn, ok := ads.StreamOf(sub).(*conn); ok && cn.attached.valid {
 		return cn.attached, cn
 	}
-	return attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata())), nil
+	return c.attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata())), nil
 }
 
 // detach forgets a stream attached to a, freeing its group (and sidecar)

@@ -48,6 +48,9 @@ type groupCache struct {
 	// services returns the registry's services, sorted by hostname (see
 	// meshServices for the mesh's). It is safe for concurrent use.
 	services func() []*model.MergedService
+	// clusterNetwork gives a cluster's network, the network of its
+	// proxies that say none (nil: unknown).
+	clusterNetwork func(model.ClusterID) model.Network
 
 	// pushMu is the push lock. It guards the planners (planner for
 	// proxyless gRPC and every group's load assignments, envoy for
@@ -99,6 +102,7 @@ type groupCache struct {
 // ledger epoch of that configuration, and the plan's number.
 type pushView struct {
 	cfg   *istioconfig.Snapshot
+	nets  *model.NetworkGateways
 	epoch uint64
 	plan  uint64
 }
@@ -179,7 +183,7 @@ func (c *groupCache) apply(w write) error {
 // (the push loop): a group freed in between has its (dropped) cache
 // written to in vain, a group built in between from this plan's view or
 // an older one is brought up to date when it is adopted.
-func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *model.MergedService, cfg *istioconfig.Snapshot) []write {
+func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *model.MergedService, cfg *istioconfig.Snapshot, nets *model.NetworkGateways) []write {
 	c.pushMu.Lock()
 	defer c.pushMu.Unlock()
 	c.adoptLocked()
@@ -197,6 +201,12 @@ func (c *groupCache) plan(hs []model.Hostname, service func(model.Hostname) *mod
 		// A ServiceEntry's host changes with the entry, not its
 		// HostConfig.
 		hs = union(hs, istioconfig.EntriesChanged(old, cfg))
+	}
+	if nets != c.planner.Networks() {
+		// Gateways that route differently change every assignment of a
+		// group on another network.
+		hs = union(hs, c.planner.SetNetworks(nets, hostnames(c.services())))
+		view.nets = c.planner.Networks()
 	}
 	updates := make([]xdsgen.ServiceUpdate, len(hs))
 	for i, h := range hs {
@@ -395,7 +405,7 @@ func (c *groupCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 	if xdsstatus.IsDebugType(req.GetTypeUrl()) {
 		return c.debug.CreateWatch(req, sub, out)
 	}
-	at, cn := attachmentOfWatch(sub, req.GetNode())
+	at, cn := c.attachmentOfWatch(sub, req.GetNode())
 	lc, err := c.pick(req.GetTypeUrl(), at, cn)
 	if err != nil {
 		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
@@ -434,7 +444,7 @@ func (c *groupCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	if xdsstatus.IsDebugType(req.GetTypeUrl()) {
 		return c.debug.CreateDeltaWatch(req, sub, out)
 	}
-	at, cn := attachmentOfWatch(sub, req.GetNode())
+	at, cn := c.attachmentOfWatch(sub, req.GetNode())
 	lc, err := c.pick(req.GetTypeUrl(), at, cn)
 	if err != nil {
 		return c.unservedWatch(req.GetTypeUrl(), req.GetNode(), err)
@@ -499,7 +509,7 @@ func (c *groupCache) Fetch(ctx context.Context, req *cachev3.Request) (cachev3.R
 		}
 		return lc.Fetch(ctx, req)
 	}
-	lc, err := c.pick(req.GetTypeUrl(), attachmentOf(req.GetNode(), xdsnode.MetadataOf(req.GetNode().GetMetadata())), nil)
+	lc, err := c.pick(req.GetTypeUrl(), c.attachmentOf(req.GetNode(), xdsnode.MetadataOf(req.GetNode().GetMetadata())), nil)
 	if err != nil {
 		return nil, err
 	}

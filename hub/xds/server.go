@@ -35,6 +35,10 @@ type Registry interface {
 	TakeChanged() []model.Hostname
 	Service(model.Hostname) *model.MergedService
 	Services() []*model.MergedService
+	// NetworkGateways is the fleet's networks and their gateways.
+	NetworkGateways() *model.NetworkGateways
+	// ClusterNetwork is a cluster's network ("" unknown).
+	ClusterNetwork(model.ClusterID) model.Network
 }
 
 // Options configure a Server.
@@ -196,6 +200,7 @@ func New(opts Options) *Server {
 	}
 	s.status.UseEpochs(s.ledger.EpochOf)
 	s.cache = newGroupCache(opts.genOptions(), func() []*model.MergedService { return s.opts.Registry.Services() }, s.metrics, s.ledger)
+	s.cache.clusterNetwork = s.opts.Registry.ClusterNetwork
 	s.cache.debug = xdsstatus.NewDebugTypes(src, opts.Replica)
 	s.unservedLog = rate.NewLimiter(refusalLogRate, refusalLogBurst)
 	s.cache.unserved = s.logUnserved
@@ -321,7 +326,7 @@ func (s *Server) push(hs []model.Hostname, configChanged bool) {
 		return
 	}
 	start := s.clk.Now()
-	for _, w := range s.cache.plan(hs, s.opts.Registry.Service, s.config.get()) {
+	for _, w := range s.cache.plan(hs, s.opts.Registry.Service, s.config.get(), s.opts.Registry.NetworkGateways()) {
 		if err := s.cache.apply(w); err != nil {
 			s.opts.Log.Error(err, "updating xDS cache", "type", w.typeURL)
 			continue

@@ -27,7 +27,7 @@ func serviceEntry(name string, spec *networking.ServiceEntry) *istioconfig.Servi
 // clusters follow.
 func TestServiceEntriesPlanned(t *testing.T) {
 	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
-	c.plan([]model.Hostname{echo}, st.Service, nil)
+	c.plan([]model.Hostname{echo}, st.Service, nil, nil)
 	grpcPort := []*networking.ServicePort{{Number: 8080, Name: "grpc", Protocol: "GRPC"}}
 	cfg := configOf(
 		serviceEntry("ext", &networking.ServiceEntry{Hosts: []string{"api.ext.test"}, Ports: grpcPort,
@@ -56,7 +56,7 @@ func TestServiceEntriesPlanned(t *testing.T) {
 			}
 		}
 	}
-	ws := c.plan(nil, st.Service, cfg)
+	ws := c.plan(nil, st.Service, cfg, nil)
 	got := written(ws)
 	for _, want := range []string{
 		resourcev3.ClusterType + " outbound|8080||api.ext.test",
@@ -91,7 +91,7 @@ func TestServiceEntriesPlanned(t *testing.T) {
 		t.Errorf("sidecar's DNS entry cluster %v", dnsCluster)
 	}
 
-	ws = c.plan(nil, st.Service, configOf())
+	ws = c.plan(nil, st.Service, configOf(), nil)
 	got = written(ws)
 	for _, want := range []string{
 		resourcev3.ClusterType + " -outbound|8080||api.ext.test",

@@ -35,7 +35,7 @@ func meta(kind, name string) istioconfig.Meta {
 // their clusters (here adding a subset's).
 func TestSidecarConfigChanges(t *testing.T) {
 	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
-	c.plan([]model.Hostname{echo}, st.Service, nil)
+	c.plan([]model.Hostname{echo}, st.Service, nil, nil)
 	sc := c.sidecars[node.GetId()]
 	scn := c.envoy.Node(node.GetId())
 	writesTo := func(ws []write, typeURL string) []string {
@@ -60,7 +60,7 @@ func TestSidecarConfigChanges(t *testing.T) {
 		}},
 	}}
 	before := scn.Replans()
-	ws := c.plan(nil, st.Service, configOf(vs))
+	ws := c.plan(nil, st.Service, configOf(vs), nil)
 	if got := writesTo(ws, resourcev3.RouteType); len(got) == 0 {
 		t.Errorf("a VirtualService did not rewrite the sidecars' routes")
 	}
@@ -72,7 +72,7 @@ func TestSidecarConfigChanges(t *testing.T) {
 		Host:    string(echo),
 		Subsets: []*networking.Subset{{Name: "v1", Labels: map[string]string{"version": "v1"}}},
 	}}
-	ws = c.plan(nil, st.Service, configOf(vs, dr))
+	ws = c.plan(nil, st.Service, configOf(vs, dr), nil)
 	if got, want := writesTo(ws, resourcev3.ClusterType), xdsgen.SubsetClusterName(echo, 8080, "v1"); !slices.Contains(got, want) {
 		t.Errorf("a DestinationRule wrote sidecar clusters %v, want %s among them", got, want)
 	}
@@ -86,7 +86,7 @@ func TestSidecarConfigChanges(t *testing.T) {
 // hosts name; a push with the same configuration regenerates nothing.
 func TestSidecarScopeChanges(t *testing.T) {
 	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
-	c.plan([]model.Hostname{echo}, st.Service, nil)
+	c.plan([]model.Hostname{echo}, st.Service, nil, nil)
 	scn := c.envoy.Node(node.GetId())
 	outbound := func() []string {
 		var out []string
@@ -108,14 +108,14 @@ func TestSidecarScopeChanges(t *testing.T) {
 	}}
 	cfg := configOf(scope)
 	before := scn.Replans()
-	c.plan(nil, st.Service, cfg)
+	c.plan(nil, st.Service, cfg, nil)
 	if scn.Replans() != before+1 {
 		t.Fatalf("a Sidecar of the pod's namespace regenerated the sidecar %d times, want once", scn.Replans()-before)
 	}
 	if got := outbound(); len(got) != 0 {
 		t.Errorf("scoped to namespace elsewhere, the sidecar holds %v", got)
 	}
-	c.plan([]model.Hostname{echo}, st.Service, cfg)
+	c.plan([]model.Hostname{echo}, st.Service, cfg, nil)
 	if scn.Replans() != before+1 {
 		t.Errorf("a push under the same Sidecar regenerated the sidecar")
 	}
@@ -147,7 +147,7 @@ func rdsNames(t *testing.T, n *xdsgen.SidecarNode) []string {
 // class no sidecar is of any more are deleted.
 func TestSidecarRouteClassChanges(t *testing.T) {
 	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
-	c.plan([]model.Hostname{echo}, st.Service, nil)
+	c.plan([]model.Hostname{echo}, st.Service, nil, nil)
 	a, an := c.sidecars[node.GetId()], c.envoy.Node(node.GetId())
 	vsOn := func(m *networking.HTTPMatchRequest) *istioconfig.Snapshot {
 		return configOf(&istioconfig.VirtualService{Meta: meta("VirtualService", "echo"), Spec: &networking.VirtualService{
@@ -163,7 +163,7 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 
 	// Every pod of namespace demo: the registry's Pod at 10.0.0.5 is.
 	byNS := vsOn(&networking.HTTPMatchRequest{SourceNamespace: "demo"})
-	c.plan(nil, st.Service, byNS)
+	c.plan(nil, st.Service, byNS, nil)
 	nsClass := byNS.RouteClass("demo", model.Labels{})
 	nsRoutes := xdsgen.SidecarRouteSetName(8080, xdsgen.RouteSet{Class: nsClass})
 	if an.Proxy.Routes != nsClass || nsClass.IsDefault() {
@@ -194,7 +194,7 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 	// Now only pods labelled app=client: b moves to the new class, a to
 	// the default, and the namespace's class and its routes are gone.
 	byLabels := vsOn(&networking.HTTPMatchRequest{SourceLabels: map[string]string{"app": "client"}})
-	ws := c.plan(nil, st.Service, byLabels)
+	ws := c.plan(nil, st.Service, byLabels, nil)
 	// The namespace's routes are deleted only after the listeners that
 	// named them have moved on.
 	listenerAt, deleteAt := -1, -1
@@ -237,7 +237,7 @@ func TestSidecarRouteClassChanges(t *testing.T) {
 // removing it brings them back.
 func TestSidecarIngressListeners(t *testing.T) {
 	st, c, node, _ := planFixture(t, xdsgen.Options{}, "10.0.0.5")
-	c.plan([]model.Hostname{echo}, st.Service, nil)
+	c.plan([]model.Hostname{echo}, st.Service, nil, nil)
 	scn := c.envoy.Node(node.GetId())
 	inbound := func() []string {
 		var out []string
@@ -258,11 +258,11 @@ func TestSidecarIngressListeners(t *testing.T) {
 			DefaultEndpoint: "127.0.0.1:9000",
 		}},
 	}})
-	c.plan(nil, st.Service, withIngress)
+	c.plan(nil, st.Service, withIngress, nil)
 	if got := inbound(); !slices.Equal(got, []string{xdsgen.InboundClusterName(9100)}) {
 		t.Errorf("with an ingress listener, inbound clusters %v, want its port 9100 only", got)
 	}
-	c.plan(nil, st.Service, configOf())
+	c.plan(nil, st.Service, configOf(), nil)
 	if got := inbound(); !slices.Equal(got, []string{xdsgen.InboundClusterName(9000)}) {
 		t.Errorf("without the Sidecar, inbound clusters %v, want port 9000 again", got)
 	}
@@ -302,7 +302,7 @@ func TestRoutesGoneSpareASetAdoptedSince(t *testing.T) {
 	setRoutes := xdsgen.SidecarRouteSetName(8080, xdsgen.RouteSet{Class: class})
 
 	writeShard(labelled("client"))
-	applyAll(c.plan([]model.Hostname{echo}, st.Service, cfg))
+	applyAll(c.plan([]model.Hostname{echo}, st.Service, cfg, nil))
 	if got := c.envoy.Node(node.GetId()).Proxy.Routes; got != class {
 		t.Fatalf("the app=client pod's sidecar is of class %v, want %v", got, class)
 	}
@@ -313,7 +313,7 @@ func TestRoutesGoneSpareASetAdoptedSince(t *testing.T) {
 	// The pod loses its label: the push moves its sidecar to the default
 	// set, and the class's routes are to be deleted last.
 	writeShard(labelled("other"))
-	ws := c.plan([]model.Hostname{echo}, st.Service, cfg)
+	ws := c.plan([]model.Hostname{echo}, st.Service, cfg, nil)
 	deletes := false
 	for _, w := range ws {
 		deletes = deletes || w.cache == c.envoyRoutes && slices.Contains(w.Delete, setRoutes)

@@ -200,10 +200,10 @@ func planFixture(t *testing.T, opts xdsgen.Options, ip string) (*store.Store, *g
 // service port, or the pod's own endpoint going, does.
 func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 	st, c, node, write := planFixture(t, xdsgen.Options{}, "10.0.0.5")
-	c.plan([]model.Hostname{echo}, st.Service, nil) // the first push records the shapes
+	c.plan([]model.Hostname{echo}, st.Service, nil, nil) // the first push records the shapes
 	sidecarWrites := func() map[string][]string {
 		got := map[string][]string{}
-		for _, w := range c.plan([]model.Hostname{echo}, st.Service, nil) {
+		for _, w := range c.plan([]model.Hostname{echo}, st.Service, nil, nil) {
 			for _, typeURL := range xdsgen.SidecarTypes {
 				if w.cache == c.sidecars[node.GetId()].caches[typeURL] {
 					for name := range w.Upsert {
@@ -251,7 +251,7 @@ func TestSidecarReplannedOnlyWhenItChanges(t *testing.T) {
 // (TestRewarmAfterHeldClusterACK).
 func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	st, c, node, write := planFixture(t, xdsgen.Options{Security: true}, "10.0.0.9")
-	if _, err := c.pick(resourcev3.EndpointType, attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata())), nil); err != nil { // the group's assignments, as the stream asks
+	if _, err := c.pick(resourcev3.EndpointType, c.attachmentOf(node, xdsnode.MetadataOf(node.GetMetadata())), nil); err != nil { // the group's assignments, as the stream asks
 		t.Fatal(err)
 	}
 	// The endpoint's Pod was injected (tlsMode=istio), so sidecars speak
@@ -260,7 +260,7 @@ func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	labelled := shard("c1", "r1", "10.0.0.5")
 	labelled[echo].Endpoints[0].Labels = meshed
 	write(labelled)
-	applyPlan(t, c.plan([]model.Hostname{echo}, st.Service, nil))
+	applyPlan(t, c.plan([]model.Hostname{echo}, st.Service, nil, nil))
 
 	// A Delta stream of the sidecar's clusters, up to date.
 	cds := c.sidecars[node.GetId()].caches[resourcev3.ClusterType]
@@ -279,7 +279,7 @@ func TestSidecarClusterChangeResendsAssignments(t *testing.T) {
 	withSA[echo].Endpoints[0].ServiceAccount = "echo"
 	write(withSA)
 	name := xdsgen.ClusterName(echo, 8080)
-	applyPlan(t, c.plan([]model.Hostname{echo}, st.Service, nil))
+	applyPlan(t, c.plan([]model.Hostname{echo}, st.Service, nil, nil))
 	var r cachev3.DeltaResponse
 	select {
 	case r = <-out:

@@ -14,6 +14,9 @@ type Explainz struct {
 	// as its status record says.
 	Cluster  string `json:"cluster"`
 	Locality string `json:"locality,omitempty"`
+	// Network is the network the proxy is on (its NETWORK metadata, else
+	// its cluster's); empty when unknown.
+	Network string `json:"network,omitempty"`
 	// ServedBy is the replica that serves the proxy.
 	ServedBy string `json:"servedBy"`
 	// Host and Port name the service port explained; Port is the service's
@@ -40,6 +43,15 @@ type ExplainedEndpoint struct {
 	Cluster  model.ClusterID `json:"cluster"`
 	Locality model.Locality  `json:"locality"`
 	Pod      string          `json:"pod,omitempty"`
+	// Network is the endpoint's network; for a gateway, the network it
+	// leads into.
+	Network string `json:"network,omitempty"`
+	// Gateway: the address is a gateway of Network standing for its
+	// endpoints, not an endpoint of the service.
+	Gateway bool `json:"gateway,omitempty"`
+	// Weight is its load-balancing weight within its locality (1 for an
+	// endpoint; a gateway weighs as many as it stands for).
+	Weight uint32 `json:"weight,omitempty"`
 	// Sent: the proxy is sent the endpoint.
 	Sent bool `json:"sent"`
 	// Priority is its priority, 0 best; -1 when not sent.

@@ -39,10 +39,14 @@ type ClusterSummary struct {
 	ID        ClusterID `json:"id"`
 	Services  int       `json:"services"`
 	Endpoints int       `json:"endpoints"`
+	// Network is the cluster's network (ClusterNetwork); empty when unknown.
+	Network Network `json:"network,omitempty"`
 }
 
 type clusterState struct {
 	shards map[Hostname]*ServiceShard
+	// network is the cluster's network, as its shards last said it.
+	network Network
 }
 
 // Registry merges the service shards of many clusters. It stores and
@@ -56,6 +60,14 @@ type Registry struct {
 	// merged memoizes MergedService per hostname; entries are dropped when a
 	// shard of the hostname changes.
 	merged map[Hostname]*MergedService
+
+	// gateways indexes the shards that are network gateways, by cluster
+	// and hostname; netRefs counts, per network, the shards with an
+	// endpoint on it. networks memoizes the view built from both, dropped
+	// when either changes.
+	gateways map[ClusterID]map[Hostname]*NetworkGateway
+	netRefs  map[Network]int
+	networks *NetworkGateways
 }
 
 // NewRegistry returns an empty registry.
@@ -64,6 +76,8 @@ func NewRegistry() *Registry {
 		clusters: map[ClusterID]*clusterState{},
 		byHost:   map[Hostname]map[ClusterID]struct{}{},
 		merged:   map[Hostname]*MergedService{},
+		gateways: map[ClusterID]map[Hostname]*NetworkGateway{},
+		netRefs:  map[Network]int{},
 	}
 }
 
@@ -130,6 +144,7 @@ func (r *Registry) RemoveCluster(c ClusterID) []Hostname {
 // setShardLocked stores shard (nil deletes) and keeps the indexes current.
 func (r *Registry) setShardLocked(c ClusterID, cs *clusterState, h Hostname, shard *ServiceShard) {
 	delete(r.merged, h)
+	r.indexNetworks(c, h, cs.shards[h], shard)
 	if shard == nil {
 		delete(cs.shards, h)
 		if set := r.byHost[h]; set != nil {
@@ -141,6 +156,7 @@ func (r *Registry) setShardLocked(c ClusterID, cs *clusterState, h Hostname, sha
 		return
 	}
 	cs.shards[h] = shard
+	cs.network = shard.Network
 	set := r.byHost[h]
 	if set == nil {
 		set = map[ClusterID]struct{}{}
@@ -222,7 +238,7 @@ func (r *Registry) Hostnames() []Hostname {
 func (r *Registry) Clusters() []ClusterSummary {
 	out := make([]ClusterSummary, 0, len(r.clusters))
 	for id, cs := range r.clusters {
-		s := ClusterSummary{ID: id, Services: len(cs.shards)}
+		s := ClusterSummary{ID: id, Services: len(cs.shards), Network: cs.network}
 		for _, sh := range cs.shards {
 			s.Endpoints += len(sh.Endpoints)
 		}
@@ -245,4 +261,84 @@ func (r *Registry) ClusterShards(c ClusterID) map[Hostname]*ServiceShard {
 		return nil
 	}
 	return maps.Clone(cs.shards)
+}
+
+// indexNetworks keeps the gateway index and the network counts current as
+// cluster c's shard of h goes from old to shard (either may be nil).
+func (r *Registry) indexNetworks(c ClusterID, h Hostname, old, shard *ServiceShard) {
+	oldNets, newNets := shardNetworks(old), shardNetworks(shard)
+	if !slices.Equal(oldNets, newNets) {
+		for _, n := range oldNets {
+			if r.netRefs[n]--; r.netRefs[n] <= 0 {
+				delete(r.netRefs, n)
+				r.networks = nil
+			}
+		}
+		for _, n := range newNets {
+			if r.netRefs[n]++; r.netRefs[n] == 1 {
+				r.networks = nil
+			}
+		}
+	}
+	var oldGW, newGW *NetworkGateway
+	if old != nil {
+		oldGW = old.Gateway
+	}
+	if shard != nil {
+		newGW = shard.Gateway
+	}
+	if oldGW.Equal(newGW) {
+		return
+	}
+	r.networks = nil
+	byHost := r.gateways[c]
+	if newGW == nil {
+		delete(byHost, h)
+		if len(byHost) == 0 {
+			delete(r.gateways, c)
+		}
+		return
+	}
+	if byHost == nil {
+		byHost = map[Hostname]*NetworkGateway{}
+		r.gateways[c] = byHost
+	}
+	byHost[h] = newGW
+}
+
+// shardNetworks returns the distinct known networks of s's endpoints,
+// sorted (nil for a nil shard or a flat fleet's).
+func shardNetworks(s *ServiceShard) []Network {
+	if s == nil {
+		return nil
+	}
+	var out []Network
+	for i := range s.Endpoints {
+		n := s.Endpoints[i].Network
+		if n != "" && (len(out) == 0 || out[len(out)-1] != n) && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NetworkGateways returns the fleet's networks and their gateways. It is
+// memoized until a gateway, or the set of networks endpoints are on,
+// changes; compare with NetworkGateways.SameRoutes to tell whether load
+// assignments change.
+func (r *Registry) NetworkGateways() *NetworkGateways {
+	if r.networks == nil {
+		r.networks = buildNetworkGateways(r.gateways, slices.Collect(maps.Keys(r.netRefs)))
+	}
+	return r.networks
+}
+
+// ClusterNetwork returns cluster c's network as its shards say it (empty
+// when unknown or not held).
+func (r *Registry) ClusterNetwork(c ClusterID) Network {
+	if cs := r.clusters[c]; cs != nil {
+		return cs.network
+	}
+	return ""
 }

@@ -168,7 +168,11 @@ type Endpoint struct {
 	Cluster  ClusterID  `json:"cluster"`
 	Address  netip.Addr `json:"address"`
 	Locality Locality   `json:"locality"`
-	Ready    bool       `json:"ready"`
+	// Network is the network the endpoint is on: its Pod's
+	// LabelTopologyNetwork, else its cluster's network (ServiceShard.Network).
+	// Empty when unknown.
+	Network Network `json:"network,omitempty"`
+	Ready   bool    `json:"ready"`
 	// ServiceAccount is the Kubernetes service account of the backing Pod,
 	// empty when the endpoint has no Pod (or the Pod is not known yet).
 	ServiceAccount string `json:"serviceAccount,omitempty"`
@@ -197,7 +201,7 @@ func (e *Endpoint) Key() string {
 // Equal reports whether two endpoints are the same.
 func (e *Endpoint) Equal(o *Endpoint) bool {
 	return e.Cluster == o.Cluster && e.Address == o.Address && e.Locality == o.Locality &&
-		e.Ready == o.Ready && e.ServiceAccount == o.ServiceAccount && e.Pod == o.Pod &&
+		e.Network == o.Network && e.Ready == o.Ready && e.ServiceAccount == o.ServiceAccount && e.Pod == o.Pod &&
 		e.Labels == o.Labels && mapsEqual(e.Ports, o.Ports)
 }
 
@@ -219,6 +223,14 @@ func mapsEqual(a, b map[string]uint32) bool {
 type ServiceShard struct {
 	Service   *Service   `json:"service"`
 	Endpoints []Endpoint `json:"endpoints"`
+	// Network is the network of the shard's cluster (its system
+	// namespace's LabelTopologyNetwork, else the remote secret's default):
+	// the network of its Pods that do not say theirs, and of the cluster's
+	// proxies that do not say theirs. Empty when unknown.
+	Network Network `json:"network,omitempty"`
+	// Gateway, when the Service is a gateway of a network (labelled
+	// LabelTopologyNetwork, with the gateway port), is what it says.
+	Gateway *NetworkGateway `json:"gateway,omitempty"`
 }
 
 // Equal reports whether two shards carry the same information.
@@ -226,7 +238,7 @@ func (s *ServiceShard) Equal(o *ServiceShard) bool {
 	if s == nil || o == nil {
 		return s == o
 	}
-	if !s.Service.Equal(o.Service) || len(s.Endpoints) != len(o.Endpoints) {
+	if !s.Service.Equal(o.Service) || len(s.Endpoints) != len(o.Endpoints) || s.Network != o.Network || !s.Gateway.Equal(o.Gateway) {
 		return false
 	}
 	for i := range s.Endpoints {

@@ -160,6 +160,9 @@ type Record struct {
 	// Locality is the node's locality, "<region>/<zone>/<subzone>"; empty
 	// when the node gave none.
 	Locality string `json:"locality,omitempty"`
+	// Network is the node's NETWORK metadata; empty when it said none
+	// (it is then on its cluster's network).
+	Network string `json:"network,omitempty"`
 }
 
 // Status returns the status of the given short type; NOT SENT if the proxy

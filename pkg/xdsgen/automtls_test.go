@@ -310,7 +310,7 @@ func checkAutoMatches(t *testing.T, c *clusterv3.Cluster, wantSANs []string) {
 	if ts.GetName() != "envoy.transport_sockets.tls" {
 		t.Errorf("%s: tlsMode-istio socket %q", c.GetName(), ts.GetName())
 	}
-	host, port, _, err := ParseSubsetClusterName(c.GetName())
+	host, port, subset, err := ParseSubsetClusterName(c.GetName())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,9 @@ func checkAutoMatches(t *testing.T, c *clusterv3.Cluster, wantSANs []string) {
 	if err := ts.GetTypedConfig().UnmarshalTo(utc); err != nil {
 		t.Fatal(err)
 	}
-	if want := "outbound_." + strconv.Itoa(int(port)) + "_._." + string(host); utc.GetSni() != want {
+	// Istio's: a subset's SNI names it, so that an east-west gateway
+	// routes to the subset's endpoints.
+	if want := "outbound_." + strconv.Itoa(int(port)) + "_." + subset + "_." + string(host); utc.GetSni() != want {
 		t.Errorf("%s: SNI %q, want %q", c.GetName(), utc.GetSni(), want)
 	}
 	ctx := utc.GetCommonTlsContext()

@@ -59,9 +59,10 @@ type clustersEntry struct {
 }
 
 type endpointsEntry struct {
-	ms  *model.MergedService
-	dr  *istioconfig.DestinationRule
-	res []*endpointv3.ClusterLoadAssignment
+	ms   *model.MergedService
+	dr   *istioconfig.DestinationRule
+	nets *model.NetworkGateways
+	res  []*endpointv3.ClusterLoadAssignment
 }
 
 // NewCache returns an empty cache.
@@ -144,8 +145,9 @@ func (c *Cache) ServiceClusters(ms *model.MergedService, dr *istioconfig.Destina
 	return res, true
 }
 
-// LoadAssignments returns LoadAssignments(ms, g, dr), rebuilding it only if
-// ms or dr is not the very one given last time for this hostname and group.
+// LoadAssignments returns NetworkLoadAssignments(ms, g, dr, nets),
+// rebuilding it only if ms, dr or nets is not the very one given last time
+// for this hostname and group.
 // Pointer identity is the right test because a model.Registry returns the
 // same immutable *MergedService for a hostname until one of its shards
 // changes, and an istioconfig.Snapshot keeps an unchanged object's
@@ -156,13 +158,13 @@ func (c *Cache) ServiceClusters(ms *model.MergedService, dr *istioconfig.Destina
 // (distributeApplies): the result then is the very slice built for the
 // first of them, and rebuilt is still true for each group's first call
 // with this ms and dr. A nil ms (or ms.Service) yields nil and false.
-func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule) (res []*endpointv3.ClusterLoadAssignment, rebuilt bool) {
+func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule, nets *model.NetworkGateways) (res []*endpointv3.ClusterLoadAssignment, rebuilt bool) {
 	if ms == nil || ms.Service == nil {
 		return nil, false
 	}
 	h := ms.Service.Hostname
 	byGroup := c.endpoints[h]
-	if e, ok := byGroup[g]; ok && e.ms == ms && e.dr == dr {
+	if e, ok := byGroup[g]; ok && e.ms == ms && e.dr == dr && e.nets == nets {
 		return e.res, false
 	}
 	if byGroup == nil {
@@ -170,22 +172,22 @@ func (c *Cache) LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istio
 		c.endpoints[h] = byGroup
 	}
 	if distributeApplies(dr, g) {
-		res = loadAssignments(ms, g, dr, c.poolOf(ms))
+		res = loadAssignments(ms, g, dr, nets, c.poolOf(ms))
 	} else {
 		cg := g.coarse()
 		shared := c.coarse[h]
-		if e, ok := shared[cg]; ok && e.ms == ms && e.dr == dr {
+		if e, ok := shared[cg]; ok && e.ms == ms && e.dr == dr && e.nets == nets {
 			res = e.res
 		} else {
 			if shared == nil {
 				shared = map[ProxyGroup]endpointsEntry{}
 				c.coarse[h] = shared
 			}
-			res = loadAssignments(ms, g, dr, c.poolOf(ms))
-			shared[cg] = endpointsEntry{ms: ms, dr: dr, res: res}
+			res = loadAssignments(ms, g, dr, nets, c.poolOf(ms))
+			shared[cg] = endpointsEntry{ms: ms, dr: dr, nets: nets, res: res}
 		}
 	}
-	byGroup[g] = endpointsEntry{ms: ms, dr: dr, res: res}
+	byGroup[g] = endpointsEntry{ms: ms, dr: dr, nets: nets, res: res}
 	return res, true
 }
 

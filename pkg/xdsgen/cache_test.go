@@ -74,13 +74,13 @@ func TestCacheServiceConfig(t *testing.T) {
 		t.Error("an object's removal not rebuilt")
 	}
 	ms := fleet(true)
-	if _, rebuilt := c.LoadAssignments(ms, groupEast, dr); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms, groupEast, dr, nil); !rebuilt {
 		t.Fatal("first assignments not built")
 	}
-	if _, rebuilt := c.LoadAssignments(ms, groupEast, dr); rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms, groupEast, dr, nil); rebuilt {
 		t.Error("the same rule rebuilt assignments")
 	}
-	if _, rebuilt := c.LoadAssignments(ms, groupEast, nil); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms, groupEast, nil, nil); !rebuilt {
 		t.Error("a removed rule did not rebuild assignments")
 	}
 }
@@ -89,41 +89,41 @@ func TestCacheLoadAssignments(t *testing.T) {
 	c := NewCache()
 	ms := fleet(true)
 
-	first, rebuilt := c.LoadAssignments(ms, groupEast, nil)
+	first, rebuilt := c.LoadAssignments(ms, groupEast, nil, nil)
 	if !rebuilt || len(first) != 2 {
 		t.Fatalf("first call: rebuilt=%v, %d assignments", rebuilt, len(first))
 	}
-	if again, rebuilt := c.LoadAssignments(ms, groupEast, nil); rebuilt || again[0] != first[0] {
+	if again, rebuilt := c.LoadAssignments(ms, groupEast, nil, nil); rebuilt || again[0] != first[0] {
 		t.Errorf("same view: rebuilt=%v", rebuilt)
 	}
-	if _, rebuilt := c.LoadAssignments(ms, groupNoZone, nil); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms, groupNoZone, nil, nil); !rebuilt {
 		t.Error("other group not built")
 	}
 	// A new view (as the registry hands out after a shard change) rebuilds.
-	if _, rebuilt := c.LoadAssignments(fleet(false), groupEast, nil); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(fleet(false), groupEast, nil, nil); !rebuilt {
 		t.Error("new view not rebuilt")
 	}
 
 	ms2 := fleet(false)
-	c.LoadAssignments(ms2, groupEast, nil)
+	c.LoadAssignments(ms2, groupEast, nil, nil)
 	c.ForgetGroup(groupEast)
-	if _, rebuilt := c.LoadAssignments(ms2, groupEast, nil); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms2, groupEast, nil, nil); !rebuilt {
 		t.Error("not rebuilt after ForgetGroup")
 	}
-	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone, nil); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone, nil, nil); !rebuilt {
 		t.Error("groupNoZone still holds the old view") // it saw ms, not ms2
 	}
-	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone, nil); rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone, nil, nil); rebuilt {
 		t.Error("groupNoZone rebuilt twice")
 	}
 	c.Forget(echoHost)
-	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone, nil); !rebuilt {
+	if _, rebuilt := c.LoadAssignments(ms2, groupNoZone, nil, nil); !rebuilt {
 		t.Error("not rebuilt after Forget")
 	}
-	if res, rebuilt := c.LoadAssignments(nil, groupEast, nil); rebuilt || res != nil {
+	if res, rebuilt := c.LoadAssignments(nil, groupEast, nil, nil); rebuilt || res != nil {
 		t.Error("nil view")
 	}
-	if res, rebuilt := c.LoadAssignments(&model.MergedService{}, groupEast, nil); rebuilt || res != nil {
+	if res, rebuilt := c.LoadAssignments(&model.MergedService{}, groupEast, nil, nil); rebuilt || res != nil {
 		t.Error("view without service")
 	}
 }
@@ -137,8 +137,8 @@ func TestCacheSharesLbEndpoints(t *testing.T) {
 	c := NewCache()
 	ms := fleet(true)
 	groupEU := ProxyGroup{Cluster: "cluster-3", Region: "eu-west"}
-	east, _ := c.LoadAssignments(ms, groupEast, nil)
-	eu, _ := c.LoadAssignments(ms, groupEU, nil)
+	east, _ := c.LoadAssignments(ms, groupEast, nil, nil)
+	eu, _ := c.LoadAssignments(ms, groupEU, nil, nil)
 	for i := range east {
 		if !proto.Equal(east[i], LoadAssignments(ms, groupEast, nil)[i]) || !proto.Equal(eu[i], LoadAssignments(ms, groupEU, nil)[i]) {
 			t.Fatalf("assignment %d differs from a build without the pool", i)
@@ -168,7 +168,7 @@ func TestCacheSharesLbEndpoints(t *testing.T) {
 	}
 
 	next := fleet(false)
-	east2, _ := c.LoadAssignments(next, groupEast, nil)
+	east2, _ := c.LoadAssignments(next, groupEast, nil, nil)
 	if lb := byAddr(east2[0])["10.2.0.1"]; lb == nil || lb == a["10.2.0.1"] {
 		t.Error("a new view of the service reused the old view's LbEndpoints")
 	}

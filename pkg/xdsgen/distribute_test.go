@@ -425,18 +425,18 @@ func TestCacheZonesShareAssignments(t *testing.T) {
 	dr := distributeRule(&networking.LocalityLoadBalancerSetting_Distribute{From: "us-east/us-east-1a", To: map[string]uint32{"us-east": 100}})
 	for _, rule := range []*istioconfig.DestinationRule{nil, dr} {
 		c := NewCache()
-		east, rebuilt := c.LoadAssignments(ms, groupEast, rule)
+		east, rebuilt := c.LoadAssignments(ms, groupEast, rule, nil)
 		if !rebuilt {
 			t.Fatal("first call not rebuilt")
 		}
-		b, rebuilt := c.LoadAssignments(ms, groupEast1b, rule)
+		b, rebuilt := c.LoadAssignments(ms, groupEast1b, rule, nil)
 		if !rebuilt || &b[0] != &east[0] {
 			t.Errorf("rule %v: us-east-1b rebuilt %v, shares %v", rule != nil, rebuilt, &b[0] == &east[0])
 		}
-		if _, rebuilt := c.LoadAssignments(ms, groupEast1b, rule); rebuilt {
+		if _, rebuilt := c.LoadAssignments(ms, groupEast1b, rule, nil); rebuilt {
 			t.Errorf("rule %v: second call for us-east-1b rebuilt", rule != nil)
 		}
-		a, _ := c.LoadAssignments(ms, groupEast1a, rule)
+		a, _ := c.LoadAssignments(ms, groupEast1a, rule, nil)
 		if shares := &a[0] == &east[0]; shares != (rule == nil) {
 			t.Errorf("rule %v: us-east-1a shares %v", rule != nil, shares)
 		}

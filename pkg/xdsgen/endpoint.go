@@ -3,6 +3,7 @@ package xdsgen
 import (
 	"cmp"
 	"encoding/binary"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -125,13 +126,40 @@ func classify(ep *model.Endpoint, g ProxyGroup) int {
 // endpoints of a model.Service.External service never have the tlsMode
 // metadata: they are outside the mesh. LoadAssignments is pure and
 // does not modify ms or dr; nil ms (or ms.Service) yields nil.
+//
+// LoadAssignments knows no network gateways: endpoints on a network other
+// than g's are left out (NetworkLoadAssignments).
 func LoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule) []*endpointv3.ClusterLoadAssignment {
-	return loadAssignments(ms, g, dr, nil)
+	return loadAssignments(ms, g, dr, nil, nil)
 }
 
-// loadAssignments is LoadAssignments taking its LbEndpoints from pool, a
-// pool of ms's (nil: none; each assignment then has its own).
-func loadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule, pool *lbPool) []*endpointv3.ClusterLoadAssignment {
+// NetworkLoadAssignments is LoadAssignments across networks, nets being
+// the fleet's gateways. For proxies of a known network g.Network, an
+// endpoint on another known network M (model.SameNetwork) is not sent:
+// M's gateways stand for it, as Istio's multi-network meshes do:
+//
+//   - only endpoints that take Istio mutual TLS (TLSModeLabel) cross a
+//     gateway, which routes by the SNI of their TLS (SNIClusterName)
+//     without terminating it; others are left out, as are all of M's
+//     when M has no usable gateway in nets;
+//   - per class (priority) and network M, every gateway address of M once,
+//     at its gateway port, with the tlsMode metadata and weight
+//     round(n/k) (at least 1) for the n endpoints of M in the class and
+//     the k gateway addresses of M, in the locality of the best-ranked of
+//     those endpoints; a locality's weight is the sum of its endpoints'
+//     weights. An address is sent once per assignment, in its best class.
+//
+// For g.EastWest groups each assignment is followed by its SNI cluster's
+// (named SNIClusterName of the port and subset): the same rules over the
+// endpoints of g.Network alone, never a gateway (a gateway does not send
+// to another).
+func NetworkLoadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule, nets *model.NetworkGateways) []*endpointv3.ClusterLoadAssignment {
+	return loadAssignments(ms, g, dr, nets, nil)
+}
+
+// loadAssignments is NetworkLoadAssignments taking its LbEndpoints from
+// pool, a pool of ms's (nil: none; each assignment then has its own).
+func loadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule, nets *model.NetworkGateways, pool *lbPool) []*endpointv3.ClusterLoadAssignment {
 	if ms == nil || dnsResolved(ms.Service) {
 		return nil
 	}
@@ -146,14 +174,23 @@ func loadAssignments(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Dest
 		members[i] = subsetMembers(ms.Endpoints, findSubset(dr, s).GetLabels())
 	}
 	h := ms.Service.Hostname
-	out := make([]*endpointv3.ClusterLoadAssignment, 0, len(ports)*(1+len(subsets)))
-	b := assignmentBuilder{pool: pool}
+	n := len(ports) * (1 + len(subsets))
+	if g.EastWest {
+		n *= 2
+	}
+	out := make([]*endpointv3.ClusterLoadAssignment, 0, n)
+	b := assignmentBuilder{pool: pool, nets: nets}
+	add := func(sp model.ServicePort, subset string, member []bool) {
+		prox := newProximity(g, effectivePolicy(dr, sp.Port, subset).GetLoadBalancer().GetLocalityLbSetting())
+		out = append(out, b.build(ms, sp, &prox, SubsetClusterName(h, sp.Port, subset), member, false))
+		if g.EastWest {
+			out = append(out, b.build(ms, sp, &prox, SNIClusterName(h, sp.Port, subset), member, true))
+		}
+	}
 	for _, sp := range ports {
-		prox := newProximity(g, effectivePolicy(dr, sp.Port, "").GetLoadBalancer().GetLocalityLbSetting())
-		out = append(out, b.build(ms, sp, &prox, ClusterName(h, sp.Port), nil))
+		add(sp, "", nil)
 		for i, s := range subsets {
-			prox := newProximity(g, effectivePolicy(dr, sp.Port, s).GetLoadBalancer().GetLocalityLbSetting())
-			out = append(out, b.build(ms, sp, &prox, SubsetClusterName(h, sp.Port, s), members[i]))
+			add(sp, s, members[i])
 		}
 	}
 	return out
@@ -171,6 +208,26 @@ type candidate struct {
 	injected bool
 	// idx is the endpoint's index in its MergedService's Endpoints.
 	idx uint32
+	// weight, for a gateway standing for endpoints of another network,
+	// is its load-balancing weight; 0 for an endpoint (weight 1).
+	weight uint32
+}
+
+// lbWeight is the candidate's LbEndpoint weight.
+func (c candidate) lbWeight() uint32 { return max(c.weight, 1) }
+
+// farKey groups the endpoints of one class on one other network: a
+// gateway stands for all of them.
+type farKey struct {
+	class   uint32
+	network model.Network
+}
+
+// farGroup counts them, and keeps the id of the best-ranked locality among
+// them (once ranks are known).
+type farGroup struct {
+	count      uint32
+	localities []uint32
 }
 
 // hostPort is an IP address (IPv4 as IPv4-mapped IPv6, big-endian halves) and
@@ -227,7 +284,10 @@ func compareLocality(a, b model.Locality) int {
 // assignmentBuilder holds scratch space reused across the ports of a service.
 type assignmentBuilder struct {
 	// pool, when set, supplies the LbEndpoints (see lbPool).
-	pool  *lbPool
+	pool *lbPool
+	// nets are the fleet's network gateways (nil: none known).
+	nets  *model.NetworkGateways
+	far   map[farKey]*farGroup
 	cands []candidate
 	seen  map[hostPort]struct{}
 	// Distinct localities: ids in order of first appearance, and the rank of
@@ -243,8 +303,10 @@ type assignmentBuilder struct {
 
 // build computes the assignment named name of port sp of ms for the group
 // whose proximity is prox, over the endpoints member says (member[i] for
-// ms.Endpoints[i]; nil: all).
-func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort, prox *proximity, name string, member []bool) *endpointv3.ClusterLoadAssignment {
+// ms.Endpoints[i]; nil: all). Endpoints on another network than the
+// group's are replaced by that network's gateways, or with ownNetwork
+// left out.
+func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort, prox *proximity, name string, member []bool, ownNetwork bool) *endpointv3.ClusterLoadAssignment {
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 
 	// Collect the eligible endpoints, numbering their localities as they
@@ -265,6 +327,7 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 	// label up once per run of equal sets.
 	var lastLabels model.Labels
 	lastInjected := false
+	clear(b.far)
 	for i := range ms.Endpoints {
 		ep := &ms.Endpoints[i]
 		if !ep.Ready || !ep.Address.IsValid() || member != nil && !member[i] {
@@ -292,6 +355,12 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 		if ep.Labels != lastLabels {
 			lastLabels, lastInjected = ep.Labels, injected(ep) && !ms.Service.External
 		}
+		if !model.SameNetwork(prox.g.Network, ep.Network) {
+			if !ownNetwork && lastInjected {
+				b.addFar(uint32(prox.class(ep)), ep.Network, lastID)
+			}
+			continue
+		}
 		cands = append(cands, candidate{
 			key:      uint64(prox.class(ep))<<32 | uint64(lastID),
 			hostPort: newHostPort(ep.Address, uint16(tp)),
@@ -300,7 +369,7 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 		})
 	}
 	b.cands = cands
-	if len(cands) == 0 {
+	if len(cands) == 0 && len(b.far) == 0 {
 		return cla
 	}
 
@@ -315,6 +384,8 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 		c := &cands[i]
 		c.key = c.key&^0xffffffff | uint64(b.rank[uint32(c.key)])
 	}
+	cands = b.gatewayCandidates(cands)
+	b.cands = cands
 	slices.SortFunc(cands, compareCandidates)
 
 	// Drop repeated addresses, keeping the first (best) occurrence, and count
@@ -347,6 +418,10 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 	lbs := make([]*endpointv3.LbEndpoint, len(kept))
 	if b.pool != nil {
 		for i, c := range kept {
+			if c.weight > 0 {
+				lbs[i] = b.pool.gateway(c)
+				continue
+			}
 			lbs[i] = b.pool.get(sp.Port, len(ms.Endpoints), c)
 		}
 	} else {
@@ -354,6 +429,7 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 		eps := make([]endpointBlock, len(kept))
 		for i, c := range kept {
 			lbs[i] = eps[i].init(c.addrPort())
+			eps[i].weight.Value = c.lbWeight()
 			if c.injected {
 				if tlsMetadata == nil {
 					tlsMetadata = newTLSMetadata()
@@ -375,12 +451,63 @@ func (b *assignmentBuilder) build(ms *model.MergedService, sp model.ServicePort,
 		}
 		l := b.byRank[uint32(kept[start].key)]
 		cla.Endpoints[i] = locs[i].init(l, priority, lbs[start:end:end])
+		if len(b.far) > 0 {
+			w := uint32(0)
+			for _, c := range kept[start:end] {
+				w += c.lbWeight()
+			}
+			locs[i].weight.Value = w
+		}
 		start = end
 	}
 	if prox.dist != nil {
 		distributeWeights(prox.dist, locs)
 	}
 	return cla
+}
+
+// addFar counts an endpoint of class on another network, in the locality
+// numbered id.
+func (b *assignmentBuilder) addFar(class uint32, network model.Network, id uint32) {
+	if b.far == nil {
+		b.far = map[farKey]*farGroup{}
+	}
+	k := farKey{class, network}
+	f := b.far[k]
+	if f == nil {
+		f = &farGroup{}
+		b.far[k] = f
+	}
+	f.count++
+	if n := len(f.localities); n == 0 || f.localities[n-1] != id {
+		f.localities = append(f.localities, id)
+	}
+}
+
+// gatewayCandidates appends to cands, whose keys hold locality ranks, the
+// gateways that stand for the endpoints counted by addFar.
+func (b *assignmentBuilder) gatewayCandidates(cands []candidate) []candidate {
+	for k, f := range b.far {
+		gws := b.nets.Of(k.network)
+		if len(gws) == 0 {
+			continue
+		}
+		best := uint32(math.MaxUint32)
+		for _, id := range f.localities {
+			best = min(best, b.rank[id])
+		}
+		w := max(1, uint32(math.Round(float64(f.count)/float64(len(gws)))))
+		for _, gw := range gws {
+			cands = append(cands, candidate{
+				key:      uint64(k.class)<<32 | uint64(best),
+				hostPort: newHostPort(gw.Address, uint16(gw.Port)),
+				injected: true,
+				idx:      math.MaxUint32,
+				weight:   w,
+			})
+		}
+	}
+	return cands
 }
 
 // newTLSMetadata is the metadata of an endpoint whose Pod takes Istio mTLS.
@@ -429,6 +556,19 @@ func (p *lbPool) get(port uint32, n int, c candidate) *endpointv3.LbEndpoint {
 		lb.Metadata = p.tls
 	}
 	byIdx[c.idx] = lb
+	return lb
+}
+
+// gateway returns the LbEndpoint of gateway candidate c: made afresh (its
+// weight depends on the group), sharing the pool's tlsMode metadata.
+func (p *lbPool) gateway(c candidate) *endpointv3.LbEndpoint {
+	b := new(endpointBlock)
+	lb := b.init(c.addrPort())
+	b.weight.Value = c.lbWeight()
+	if p.tls == nil {
+		p.tls = newTLSMetadata()
+	}
+	lb.Metadata = p.tls
 	return lb
 }
 

@@ -22,6 +22,8 @@ type Explanation struct {
 	Group string `json:"group"`
 	// Port is the service port explained.
 	Port uint32 `json:"port"`
+	// Network is the group's network.
+	Network model.Network `json:"network,omitempty"`
 	// Endpoints are the endpoints sent, in the assignment's order
 	// (priority, then locality, then address), followed by the endpoints of
 	// the service that were left out, in registry order.
@@ -31,12 +33,13 @@ type Explanation struct {
 // ExplainEndpoints tells which endpoints of ms proxies of group g are sent
 // for port of the service (0: its first port) and subset ("" for the
 // default assignment)
-// under DestinationRule dr, in priority order, and why each has its
-// priority or is left out. It reads the assignment LoadAssignments builds,
-// so it explains exactly what is sent. It fails when the service has no
+// under DestinationRule dr and the network gateways nets, in priority
+// order, and why each has its priority or is left out; a gateway sent for
+// another network's endpoints is listed as such. It reads the assignment
+// NetworkLoadAssignments builds, so it explains exactly what is sent. It fails when the service has no
 // such port or subset, or is resolved by DNS (its endpoints are inline in
 // its cluster). It is pure.
-func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule, port uint32, subset string) (Explanation, error) {
+func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.DestinationRule, nets *model.NetworkGateways, port uint32, subset string) (Explanation, error) {
 	if ms == nil || ms.Service == nil {
 		return Explanation{}, fmt.Errorf("no such service")
 	}
@@ -73,7 +76,7 @@ func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Des
 		member = subsetMembers(ms.Endpoints, s.GetLabels())
 	}
 	var cla *endpointv3.ClusterLoadAssignment
-	for _, c := range LoadAssignments(ms, g, dr) {
+	for _, c := range NetworkLoadAssignments(ms, g, dr, nets) {
 		if c.GetClusterName() == name {
 			cla = c
 			break
@@ -88,7 +91,7 @@ func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Des
 	for i := range ms.Endpoints {
 		ep := &ms.Endpoints[i]
 		ap, ok := eligibleAddr(ep, sp, member, i, &prox)
-		if !ok {
+		if !ok || !model.SameNetwork(g.Network, ep.Network) {
 			continue
 		}
 		if j, dup := byAddr[ap]; !dup || prox.class(ep) < prox.class(&ms.Endpoints[j]) {
@@ -96,7 +99,21 @@ func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Des
 		}
 	}
 
-	x := Explanation{Assignment: name, Group: g.String(), Port: port}
+	// The gateway (and its network) each sent gateway address is.
+	type gateway struct {
+		model.GatewayAddress
+		network model.Network
+	}
+	gateways := map[netip.AddrPort]gateway{}
+	if nets != nil {
+		for n, addrs := range nets.ByNetwork {
+			for _, a := range addrs {
+				gateways[netip.AddrPortFrom(a.Address, uint16(a.Port))] = gateway{a, n}
+			}
+		}
+	}
+
+	x := Explanation{Assignment: name, Group: g.String(), Port: port, Network: g.Network}
 	sent := make([]bool, len(ms.Endpoints))
 	for _, lle := range cla.GetEndpoints() {
 		for _, lbe := range lle.GetLbEndpoints() {
@@ -108,14 +125,24 @@ func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Des
 			ap := netip.AddrPortFrom(addr, uint16(sa.GetPortValue()))
 			i, ok := byAddr[ap]
 			if !ok {
+				if gw, isGW := gateways[ap]; isGW {
+					n := gw.network
+					x.Endpoints = append(x.Endpoints, debugdoc.ExplainedEndpoint{
+						Address: ap.String(), Cluster: gw.Cluster, Network: string(n), Gateway: true,
+						Locality: model.Locality{Region: lle.GetLocality().GetRegion(), Zone: lle.GetLocality().GetZone(), SubZone: lle.GetLocality().GetSubZone()},
+						Sent: true, Priority: int(lle.GetPriority()), LocalityWeight: lle.GetLoadBalancingWeight().GetValue(),
+						Weight: lbe.GetLoadBalancingWeight().GetValue(),
+						Reason: fmt.Sprintf("gateway %s of network %s, for its endpoints that take Istio mutual TLS (weight: their number over its %d address(es))", gw.Service, n, len(nets.Of(n))),
+					})
+				}
 				continue
 			}
 			sent[i] = true
 			ep := &ms.Endpoints[i]
 			x.Endpoints = append(x.Endpoints, debugdoc.ExplainedEndpoint{
-				Address: ap.String(), Cluster: ep.Cluster, Locality: ep.Locality, Pod: ep.Pod,
+				Address: ap.String(), Cluster: ep.Cluster, Locality: ep.Locality, Pod: ep.Pod, Network: string(ep.Network),
 				Sent: true, Priority: int(lle.GetPriority()), LocalityWeight: lle.GetLoadBalancingWeight().GetValue(),
-				Reason: prox.reason(ep),
+				Weight: lbe.GetLoadBalancingWeight().GetValue(), Reason: prox.reason(ep),
 			})
 		}
 	}
@@ -124,14 +151,30 @@ func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Des
 			continue
 		}
 		ep := &ms.Endpoints[i]
-		e := debugdoc.ExplainedEndpoint{Address: ep.Address.String(), Cluster: ep.Cluster, Locality: ep.Locality, Pod: ep.Pod, Priority: -1}
+		e := debugdoc.ExplainedEndpoint{Address: ep.Address.String(), Cluster: ep.Cluster, Locality: ep.Locality, Pod: ep.Pod,
+			Network: string(ep.Network), Priority: -1}
 		if tp, ok := ep.TargetPort(sp); ok && validPort(tp) && ep.Address.IsValid() {
 			e.Address = netip.AddrPortFrom(ep.Address.Unmap().WithZone(""), uint16(tp)).String()
 		}
 		e.Reason = leftOutReason(ep, sp, member, i, &prox, subset)
+		if _, eligible := eligibleAddr(ep, sp, member, i, &prox); eligible && !model.SameNetwork(g.Network, ep.Network) {
+			e.Reason = otherNetworkReason(ep, ms.Service, nets)
+		}
 		x.Endpoints = append(x.Endpoints, e)
 	}
 	return x, nil
+}
+
+// otherNetworkReason says why ep, eligible but on another network than the
+// proxy's, is not sent itself.
+func otherNetworkReason(ep *model.Endpoint, svc *model.Service, nets *model.NetworkGateways) string {
+	switch {
+	case !injected(ep) || svc.External:
+		return fmt.Sprintf("on network %s and takes no Istio mutual TLS: only mutual TLS crosses a network's gateway", ep.Network)
+	case len(nets.Of(ep.Network)) == 0:
+		return fmt.Sprintf("on network %s, which has no usable gateway (see /debug/registryz): other networks cannot reach it", ep.Network)
+	}
+	return fmt.Sprintf("on network %s: reached through its gateway, sent in its place", ep.Network)
 }
 
 // eligibleAddr returns the address:port ep is sent at for sp, and whether

@@ -60,7 +60,7 @@ func TestExplainEndpoints(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			x, err := ExplainEndpoints(ms, g, tc.dr, tc.port, "")
+			x, err := ExplainEndpoints(ms, g, tc.dr, nil, tc.port, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,10 +72,10 @@ func TestExplainEndpoints(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ExplainEndpoints(ms, g, nil, 9999, ""); err == nil || !strings.Contains(err.Error(), "no port 9999") {
+	if _, err := ExplainEndpoints(ms, g, nil, nil, 9999, ""); err == nil || !strings.Contains(err.Error(), "no port 9999") {
 		t.Errorf("unknown port: %v", err)
 	}
-	if _, err := ExplainEndpoints(ms, g, nil, 8080, "v9"); err == nil || !strings.Contains(err.Error(), `subset "v9"`) {
+	if _, err := ExplainEndpoints(ms, g, nil, nil, 8080, "v9"); err == nil || !strings.Contains(err.Error(), `subset "v9"`) {
 		t.Errorf("unknown subset: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -32,11 +33,18 @@ import (
 //	      │     kubernetes://<credentialName>-cacert for MUTUAL), HCM with
 //	      │     RDS https.<port>.<portName>.<gateway>.<namespace>
 //	      │   PASSTHROUGH: one chain per tls[] route's SNI hosts, tcp_proxy
+//	      ├ AUTO_PASSTHROUGH (east-west): tls_inspector, one chain per
+//	      │   port and subset of every service the server's hosts admit,
+//	      │   matching its SNI outbound_.<port>_.<subset>_.<fqdn> and
+//	      │   Istio's mTLS ALPNs, tcp_proxy to the cluster of that name
 //	      └ TCP: tcp_proxy by the first tcp[] route for the port
 //	RDS  http.<port>, https.<port>.<portName>.<gw>.<ns>: one virtual host
 //	     per host where a bound VirtualService's hosts meet a server's,
 //	     the VirtualServices' HTTP rules in order, oldest first
-//	CDS  every service's outbound clusters, as sidecars get them
+//	CDS  every service's outbound clusters, as sidecars get them, and
+//	     for AUTO_PASSTHROUGH the SNI clusters outbound_.<port>_.<subset>_.<fqdn>
+//	     (plaintext: TLS passes through), whose load assignments hold
+//	     the endpoints of the router's own network (ProxyGroup.EastWest)
 //
 // A server's port is the port of the gateway's Service: the listener binds
 // its target port (RouterPorts), as istiod does.
@@ -49,10 +57,11 @@ import (
 type serverClass int
 
 const (
-	classHTTP        serverClass = iota // plaintext HTTP (HTTP, HTTP2, GRPC, GRPC-WEB)
-	classTLS                            // TLS: terminated (HTTPS, TLS) or passed through by SNI
-	classTCP                            // plain TCP (and every other L4 protocol)
-	classUnsupported                    // AUTO_PASSTHROUGH, ISTIO_MUTUAL: not built here
+	classHTTP            serverClass = iota // plaintext HTTP (HTTP, HTTP2, GRPC, GRPC-WEB)
+	classTLS                                // TLS: terminated (HTTPS, TLS) or passed through by SNI
+	classTCP                                // plain TCP (and every other L4 protocol)
+	classAutoPassthrough                    // AUTO_PASSTHROUGH: mesh mTLS routed by its SNI (east-west)
+	classUnsupported                        // ISTIO_MUTUAL: not built here
 )
 
 // gatewayServer is one server of one Gateway.
@@ -83,7 +92,9 @@ func (s gatewayServer) class() serverClass {
 		return classHTTP
 	case istioconfig.ClassTLS:
 		switch s.tlsMode() {
-		case networking.ServerTLSSettings_AUTO_PASSTHROUGH, networking.ServerTLSSettings_ISTIO_MUTUAL:
+		case networking.ServerTLSSettings_AUTO_PASSTHROUGH:
+			return classAutoPassthrough
+		case networking.ServerTLSSettings_ISTIO_MUTUAL:
 			return classUnsupported
 		}
 		return classTLS
@@ -238,6 +249,9 @@ func RouterListeners(gws []*istioconfig.Gateway, ports RouterPorts, services []*
 			if f := in.tcpFilter(p); f != nil {
 				chains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{f}}}
 			}
+		case classAutoPassthrough:
+			chains = in.autoPassthroughChains(p)
+			filters = []*listenerv3.ListenerFilter{tlsInspector()}
 		}
 		if len(chains) == 0 {
 			// Envoy refuses a listener without a chain; nothing routes
@@ -594,9 +608,124 @@ func (in *gatewayInputs) httpRoutes(vs *istioconfig.VirtualService, gw istioconf
 	return out, false
 }
 
-// RouterClusters returns the clusters of a router proxy: every service's
-// outbound clusters, as a sidecar without a Sidecar scope gets them, with
-// auto mTLS to sidecar backends. It is pure.
-func RouterClusters(services []*model.MergedService, cfg *istioconfig.Snapshot, opts Options) []*clusterv3.Cluster {
-	return SidecarClusters(services, cfg, Sidecar{}, opts)
+// RouterClusters returns the clusters of a router proxy selected by gws:
+// every service's outbound clusters, as a sidecar without a Sidecar scope
+// gets them, with auto mTLS to sidecar backends, and the SNI clusters of
+// its AUTO_PASSTHROUGH servers (sniClusters). It is pure.
+func RouterClusters(gws []*istioconfig.Gateway, services []*model.MergedService, cfg *istioconfig.Snapshot, opts Options) []*clusterv3.Cluster {
+	out := SidecarClusters(services, cfg, Sidecar{}, opts)
+	served, _ := gatewayPorts(gws)
+	in := newGatewayInputs(gws, services, cfg, opts)
+	seen := map[string]bool{}
+	for _, p := range served {
+		if p.class != classAutoPassthrough {
+			continue
+		}
+		for _, sc := range in.sniClusters(p) {
+			if !seen[sc.name] {
+				seen[sc.name] = true
+				out = append(out, sniCluster(sc.name))
+			}
+		}
+	}
+	sortByName(out)
+	return out
+}
+
+// AutoPassthrough reports whether a server of gws is AUTO_PASSTHROUGH:
+// a router they select gets SNI clusters.
+func AutoPassthrough(gws []*istioconfig.Gateway) bool {
+	served, _ := gatewayPorts(gws)
+	return slices.ContainsFunc(served, func(p gatewayPort) bool { return p.class == classAutoPassthrough })
+}
+
+// alpnMeshTLS are the ALPNs of Istio's mutual TLS between proxies, which
+// an AUTO_PASSTHROUGH chain requires: a gateway passes only the mesh's own
+// traffic. Proxyless gRPC offers only "h2" (alpnH2), accepted on gRPC and
+// HTTP/2 ports.
+var (
+	alpnMeshTLS = []string{"istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"}
+	alpnMeshH2  = append(slices.Clone(alpnMeshTLS), "h2")
+)
+
+// sniTarget is one SNI cluster an AUTO_PASSTHROUGH port routes to.
+type sniTarget struct {
+	name string
+	h2   bool // an HTTP/2 or gRPC port
+}
+
+// sniClusters returns the SNI clusters (SNIClusterName) of every port and
+// subset of every service a server of p admits (its hosts meet the
+// service's hostname, in a namespace the host admits), sorted by name. A
+// service outside the mesh or resolved by DNS has none: it has no
+// endpoints on the router's network to pass to.
+func (in *gatewayInputs) sniClusters(p gatewayPort) []sniTarget {
+	var out []sniTarget
+	for h, svc := range in.services {
+		if svc.External || dnsResolved(svc) || !in.admits(p, svc) {
+			continue
+		}
+		subsets := append([]string{""}, subsetNames(in.cfg.Host(h).DestinationRule)...)
+		for _, sp := range servicePorts(svc) {
+			for _, s := range subsets {
+				out = append(out, sniTarget{name: SNIClusterName(h, sp.Port, s), h2: isHTTP2(sp.Protocol)})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b sniTarget) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// admits reports whether a server of p admits svc.
+func (in *gatewayInputs) admits(p gatewayPort, svc *model.Service) bool {
+	for _, s := range p.servers {
+		for _, h := range s.hosts {
+			if _, ok := istioconfig.HostIntersection(string(svc.Hostname), h.Host); ok && h.Admits(svc.Namespace) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// autoPassthroughChains are the chains of an AUTO_PASSTHROUGH port: one
+// per SNI cluster, matching its name and the mesh's ALPNs over TLS, each a
+// tcp_proxy to that cluster.
+func (in *gatewayInputs) autoPassthroughChains(p gatewayPort) []*listenerv3.FilterChain {
+	targets := in.sniClusters(p)
+	out := make([]*listenerv3.FilterChain, 0, len(targets))
+	for _, t := range targets {
+		alpn := alpnMeshTLS
+		if t.h2 {
+			alpn = alpnMeshH2
+		}
+		out = append(out, &listenerv3.FilterChain{
+			Name: t.name,
+			FilterChainMatch: &listenerv3.FilterChainMatch{
+				ServerNames:          []string{t.name},
+				TransportProtocol:    "tls",
+				ApplicationProtocols: slices.Clone(alpn),
+			},
+			Filters: []*listenerv3.Filter{tcpProxy(t.name)},
+		})
+	}
+	return out
+}
+
+// sniCluster is the plaintext EDS cluster an AUTO_PASSTHROUGH chain sends
+// to: the client's TLS passes through it untouched.
+func sniCluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
+			EdsConfig:   adsWaitingConfigSource(),
+			ServiceName: name,
+		},
+		ConnectTimeout: durationpb.New(connectTimeout),
+		LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
+		CircuitBreakers: &clusterv3.CircuitBreakers{
+			Thresholds: []*clusterv3.CircuitBreakers_Thresholds{unlimitedThresholds()},
+		},
+	}
 }

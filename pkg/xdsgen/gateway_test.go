@@ -179,12 +179,14 @@ func TestRouterTLS(t *testing.T) {
 	for _, n := range notes {
 		fields = append(fields, n.Field)
 	}
-	if want := []string{"spec.servers[3].port", "spec.servers[4].tls.mode"}; !slices.Equal(fields, want) {
+	if want := []string{"spec.servers[3].port"}; !slices.Equal(fields, want) {
 		t.Errorf("notes %v, want fields %v", notes, want)
 	}
-	if got, want := resNames(ls), []string{"0.0.0.0_443", "0.0.0.0_9000"}; !slices.Equal(got, want) {
+	if got, want := resNames(ls), []string{"0.0.0.0_15443", "0.0.0.0_443", "0.0.0.0_9000"}; !slices.Equal(got, want) {
 		t.Fatalf("listeners %v, want %v", got, want)
 	}
+	checkAutoPassthrough(t, ls[0])
+	ls = ls[1:]
 	tls := ls[0]
 	if len(tls.GetListenerFilters()) != 1 || tls.GetListenerFilters()[0].GetName() != filterTLSInspector {
 		t.Errorf("443 listener filters %v", tls.GetListenerFilters())
@@ -267,7 +269,7 @@ func TestRouterPlanFollowsGateways(t *testing.T) {
 }
 
 // TestGatewayConfigNotes: what a gateway leaves out is said once per
-// object: a Gateway's AUTO_PASSTHROUGH server and port clash, a bound
+// object: a Gateway's port clash, a bound
 // VirtualService's match on clients; a gateway-only VirtualService gets
 // no note for the mesh's kinds.
 func TestGatewayConfigNotes(t *testing.T) {
@@ -287,7 +289,6 @@ func TestGatewayConfigNotes(t *testing.T) {
 		}
 	}
 	want := []string{
-		"Envoy gateway gw spec.servers[0].tls.mode",
 		"Envoy gateway gw spec.servers[2].port",
 		"Envoy gateway vs spec.http[0].match[0].sourceLabels",
 	}
@@ -328,5 +329,32 @@ func TestRouterTargetPorts(t *testing.T) {
 	rs := RouterRoutes(gws, ports, services, cfg, Options{})
 	if len(rs) != 1 || rs[0].GetName() != "http.8080" || len(rs[0].GetVirtualHosts()) != 1 || len(rs[0].GetVirtualHosts()[0].GetRoutes()) != 1 {
 		t.Errorf("routes %v", rs)
+	}
+}
+
+// checkAutoPassthrough: the east-west listener of the fleet's services (echo
+// on 8080 and 9090, tcp-echo on 9000, all in *.local): TLS inspected, one
+// chain per port's SNI name and Istio's ALPNs, each a tcp_proxy to the
+// SNI cluster of that name.
+func checkAutoPassthrough(t *testing.T, l *listenerv3.Listener) {
+	t.Helper()
+	if len(l.GetListenerFilters()) != 1 || l.GetListenerFilters()[0].GetName() != filterTLSInspector {
+		t.Errorf("15443 listener filters %v", l.GetListenerFilters())
+	}
+	var names []string
+	for _, fc := range l.GetFilterChains() {
+		m := fc.GetFilterChainMatch()
+		if len(m.GetServerNames()) != 1 || m.GetServerNames()[0] != fc.GetName() || m.GetTransportProtocol() != "tls" ||
+			!slices.Contains(m.GetApplicationProtocols(), "istio") {
+			t.Errorf("chain %s matches %v", fc.GetName(), m)
+		}
+		tcp := unpackAny(t, fc.GetFilters()[0].GetTypedConfig()).(*tcpproxyv3.TcpProxy)
+		if tcp.GetCluster() != fc.GetName() {
+			t.Errorf("chain %s sends to %s", fc.GetName(), tcp.GetCluster())
+		}
+		names = append(names, fc.GetName())
+	}
+	if len(names) == 0 || !slices.Contains(names, "outbound_.8080_._.echo.demo.svc.cluster.local") {
+		t.Errorf("15443 chains %v", names)
 	}
 }

@@ -34,11 +34,23 @@ type ProxyGroup struct {
 	Zone string
 	// SubZone is the proxy's locality sub-zone; empty when unknown.
 	SubZone string
+	// Network is the proxies' network (their NETWORK node metadata, else
+	// their cluster's); empty when unknown. Endpoints on another known
+	// network are reached through its gateways (see LoadAssignments).
+	Network model.Network
+	// EastWest: the proxies are routers on a known Network, which serve
+	// other networks' clients when a Gateway with an AUTO_PASSTHROUGH
+	// server selects them. Their assignments also hold, for every
+	// cluster, the one of its SNI name (SNIClusterName) with the endpoints
+	// of Network only.
+	EastWest bool
 }
 
 // String returns "<cluster>/<region>", e.g. "cluster-1/us-east", followed
 // by "/<zone>" when the group has a zone or sub-zone and "/<subzone>" when
-// it has a sub-zone, e.g. "cluster-1/us-east/us-east-1a". It is pure.
+// it has a sub-zone, e.g. "cluster-1/us-east/us-east-1a", then
+// "@<network>" when the network is known and "+eastwest" for east-west
+// routers. It is pure.
 func (g ProxyGroup) String() string {
 	s := string(g.Cluster) + "/" + g.Region
 	if g.Zone != "" || g.SubZone != "" {
@@ -47,12 +59,20 @@ func (g ProxyGroup) String() string {
 	if g.SubZone != "" {
 		s += "/" + g.SubZone
 	}
+	if g.Network != "" {
+		s += "@" + string(g.Network)
+	}
+	if g.EastWest {
+		s += "+eastwest"
+	}
 	return s
 }
 
 // coarse returns g without its zone and sub-zone: the group whose
 // assignments g shares under every rule that does not distribute.
-func (g ProxyGroup) coarse() ProxyGroup { return ProxyGroup{Cluster: g.Cluster, Region: g.Region} }
+func (g ProxyGroup) coarse() ProxyGroup {
+	return ProxyGroup{Cluster: g.Cluster, Region: g.Region, Network: g.Network, EastWest: g.EastWest}
+}
 
 // locality returns the proxies' locality.
 func (g ProxyGroup) locality() model.Locality {

@@ -63,6 +63,7 @@ type Planner struct {
 	opts   Options
 	gen    *Cache
 	config *istioconfig.Snapshot
+	nets   *model.NetworkGateways
 	names  map[model.Hostname]hostNames
 
 	// written holds what the plans so far put into each cache: shared by
@@ -217,6 +218,22 @@ func (p *Planner) SetConfig(s *istioconfig.Snapshot, hosts []model.Hostname) []m
 	return changed
 }
 
+// SetNetworks makes nets the network gateways of the next Plans. When
+// they route differently from the current ones (model.NetworkGateways.
+// SameRoutes) it returns hosts (the registry's hostnames), which the caller
+// must plan for the change to reach the caches; otherwise nothing, and
+// the current gateways stay (so memoized assignments stay current).
+func (p *Planner) SetNetworks(nets *model.NetworkGateways, hosts []model.Hostname) []model.Hostname {
+	if p.nets.SameRoutes(nets) {
+		return nil
+	}
+	p.nets = nets
+	return slices.Clone(hosts)
+}
+
+// Networks returns the network gateways Plans use.
+func (p *Planner) Networks() *model.NetworkGateways { return p.nets }
+
 // Config returns the configuration Plans use.
 func (p *Planner) Config() *istioconfig.Snapshot { return p.config }
 
@@ -266,7 +283,7 @@ func (p *Planner) planService(b draft, h model.Hostname, ms *model.MergedService
 		}
 	}
 	for g, u := range b.eds {
-		if clas, rebuilt := p.gen.LoadAssignments(ms, g, cfg.DestinationRule); rebuilt {
+		if clas, rebuilt := p.gen.LoadAssignments(ms, g, cfg.DestinationRule, p.nets); rebuilt {
 			for _, cla := range clas {
 				u.put(cla.GetClusterName(), cla)
 			}
@@ -328,7 +345,7 @@ func (p *Planner) AddGroup(g ProxyGroup, services []*model.MergedService) map[st
 	}
 	w := map[string]types.Resource{}
 	for _, ms := range services {
-		clas, _ := p.gen.LoadAssignments(ms, g, p.config.Host(ms.Service.Hostname).DestinationRule)
+		clas, _ := p.gen.LoadAssignments(ms, g, p.config.Host(ms.Service.Hostname).DestinationRule, p.nets)
 		for _, cla := range clas {
 			w[cla.GetClusterName()] = cla
 		}
@@ -338,14 +355,14 @@ func (p *Planner) AddGroup(g ProxyGroup, services []*model.MergedService) map[st
 }
 
 // GroupAssignments returns the load assignments of services for proxy
-// group g under cfg, by cluster name, built afresh: what a new group's
+// group g under cfg and the network gateways nets, by cluster name, built afresh: what a new group's
 // cache starts with when it is built apart from the Planner, which then
 // adopts the group (AddGroup builds the same, its endpoints shared with
 // the other groups'). It is pure.
-func GroupAssignments(services []*model.MergedService, g ProxyGroup, cfg *istioconfig.Snapshot) map[string]types.Resource {
+func GroupAssignments(services []*model.MergedService, g ProxyGroup, cfg *istioconfig.Snapshot, nets *model.NetworkGateways) map[string]types.Resource {
 	out := map[string]types.Resource{}
 	for _, ms := range services {
-		for _, cla := range LoadAssignments(ms, g, cfg.Host(ms.Service.Hostname).DestinationRule) {
+		for _, cla := range NetworkLoadAssignments(ms, g, cfg.Host(ms.Service.Hostname).DestinationRule, nets) {
 			out[cla.GetClusterName()] = cla
 		}
 	}
@@ -361,7 +378,7 @@ func (p *Planner) ForgetGroup(g ProxyGroup) {
 }
 
 // Groups returns the tracked proxy groups, sorted by cluster, region,
-// zone, then sub-zone.
+// zone, sub-zone, network, then east-west.
 func (p *Planner) Groups() []ProxyGroup {
 	out := make([]ProxyGroup, 0, len(p.groups))
 	for g := range p.groups {
@@ -369,7 +386,8 @@ func (p *Planner) Groups() []ProxyGroup {
 	}
 	slices.SortFunc(out, func(a, b ProxyGroup) int {
 		return cmp.Or(cmp.Compare(a.Cluster, b.Cluster), cmp.Compare(a.Region, b.Region),
-			cmp.Compare(a.Zone, b.Zone), cmp.Compare(a.SubZone, b.SubZone))
+			cmp.Compare(a.Zone, b.Zone), cmp.Compare(a.SubZone, b.SubZone),
+			cmp.Compare(a.Network, b.Network), compareBool(a.EastWest, b.EastWest))
 	})
 	return out
 }

@@ -329,10 +329,19 @@ func SidecarListenerName(bind string, port uint32) string {
 }
 
 // SidecarSNI returns the SNI a sidecar sends to port of service h,
-// "outbound_.<port>_._.<hostname>" (Istio's DNS SRV form of the cluster
-// name). It is pure.
-func SidecarSNI(h model.Hostname, port uint32) string {
-	return "outbound_." + strconv.FormatUint(uint64(port), 10) + "_._." + string(h)
+// "outbound_.<port>_._.<hostname>": SNIClusterName(h, port, ""). It is
+// pure.
+func SidecarSNI(h model.Hostname, port uint32) string { return SNIClusterName(h, port, "") }
+
+// SNIClusterName returns "outbound_.<port>_.<subset>_.<hostname>" (Istio's
+// DNS SRV form of the cluster name; "outbound_.<port>_._.<hostname>" for
+// no subset): the SNI a sidecar
+// sends to subset of port of service h under Istio mutual TLS, which an
+// east-west gateway routes by without terminating TLS, and the name of
+// that gateway's cluster (and load assignment) of the same endpoints on
+// its own network. It is pure.
+func SNIClusterName(h model.Hostname, port uint32, subset string) string {
+	return "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + string(h)
 }
 
 // isHTTP reports whether p is served by an HttpConnectionManager (HTTP/1.1,

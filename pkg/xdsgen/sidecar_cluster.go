@@ -35,8 +35,8 @@ const localhost = "127.0.0.1"
 //     names the cluster, transport_socket_matches "tlsMode-istio" (Istio
 //     mutual TLS, for endpoints whose metadata has {tlsMode: "istio"},
 //     i.e. Pods labelled TLSModeLabel=TLSModeIstio: SDS secrets from
-//     pilot-agent, SAN check against ServiceSANs, SNI SidecarSNI, ALPN
-//     "istio"[, "h2"]) then "tlsMode-disabled" (plaintext, for every other
+//     pilot-agent, SAN check against ServiceSANs, SNI SNIClusterName of
+//     the cluster's subset, ALPN "istio"[, "h2"]) then "tlsMode-disabled" (plaintext, for every other
 //     endpoint); otherwise plaintext, no transport socket;
 //   - outbound|<port>|<subset>|<hostname> likewise for every subset of the
 //     service's DestinationRule in config (config.Host(hostname)), mutual
@@ -52,7 +52,7 @@ const localhost = "127.0.0.1"
 //     detection, tls; ClusterNotes(ProxyEnvoy, dr) says what is left
 //     out): tls DISABLE makes the cluster plaintext, ISTIO_MUTUAL gives it
 //     the "tlsMode-istio" socket as its only transport_socket (the rule's
-//     sni and subjectAltNames replacing SidecarSNI and ServiceSANs when
+//     sni and subjectAltNames replacing SNIClusterName and ServiceSANs when
 //     set), SIMPLE and MUTUAL a TLS origination socket (originationTLS),
 //     External and DNS services included;
 //   - PassthroughClusterName (ORIGINAL_DST) and BlackHoleClusterName
@@ -93,7 +93,7 @@ func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, 
 	for _, sp := range servicePorts(ms.Service) {
 		for _, subset := range subsets {
 			c := outboundCluster(ms.Service, sp, subset, dr)
-			sni := SidecarSNI(ms.Service.Hostname, sp.Port)
+			sni := SNIClusterName(ms.Service.Hostname, sp.Port, subset)
 			switch t := drTLS(dr, sp.Port, subset); {
 			case secure[c.GetName()] && t.GetMode() == networking.ClientTLSSettings_ISTIO_MUTUAL:
 				// The rule asks for mutual TLS to every endpoint.

@@ -222,9 +222,10 @@ func (p *SidecarPlanner) Plan(updates []ServiceUpdate, services []*model.MergedS
 	}
 	for _, rp := range replans {
 		types := rp.n.Proxy.Types()
-		if rp.n.Proxy.Router && !r.nodes {
+		if rp.n.Proxy.Router && !r.nodes && !AutoPassthrough(rp.n.Proxy.Gateways) && !AutoPassthrough(rp.st.gateways) {
 			// Only its Gateways or their VirtualServices changed: its
-			// clusters (every service's) are as they were.
+			// clusters (every service's) are as they were. (An
+			// AUTO_PASSTHROUGH server has clusters of its own.)
 			types = routerConfigTypes
 		}
 		p.replan(rp.id, rp.n, rp.st, services, cfg, types, &out)
@@ -455,7 +456,7 @@ func routerResources(typeURL string, services []*model.MergedService, cfg *istio
 			out = append(out, r)
 		}
 	case resourcev3.ClusterType:
-		for _, c := range RouterClusters(services, cfg, opts) {
+		for _, c := range RouterClusters(sc.Gateways, services, cfg, opts) {
 			out = append(out, c)
 		}
 	}

@@ -59,7 +59,7 @@ type Stream struct {
 
 	mu                           sync.Mutex // guards what follows
 	node, name, cluster, version string
-	namespace, locality          string
+	namespace, locality, network string
 	lastChange                   time.Time
 	types                        map[string]*typeState // by type URL
 	closed                       bool
@@ -328,6 +328,7 @@ func (s *Stream) bindLocked(node *corev3.Node) {
 	s.version = proxyVersion(node)
 	s.namespace = node.GetMetadata().GetFields()[xdsnode.MetadataNamespace].GetStringValue()
 	s.locality = localityString(node.GetLocality())
+	s.network = node.GetMetadata().GetFields()[xdsnode.MetadataNetwork].GetStringValue()
 }
 
 // proxyVersion is ISTIO_VERSION metadata, else the user agent's version.
@@ -419,7 +420,7 @@ func (t *Tracker) recordLocked(s *Stream) proxystatus.Record {
 	r := proxystatus.Record{
 		Proxy: s.node, Name: s.name, Cluster: s.cluster, Replica: t.replica, HubVersion: t.hubVersion,
 		Connected: s.connected, LastChange: s.lastChange, Version: s.version,
-		Namespace: s.namespace, Locality: s.locality,
+		Namespace: s.namespace, Locality: s.locality, Network: s.network,
 		Types: make(map[string]proxystatus.TypeStatus, len(s.types)),
 	}
 	for url, ts := range s.types {
