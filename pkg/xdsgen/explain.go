@@ -130,7 +130,7 @@ func ExplainEndpoints(ms *model.MergedService, g ProxyGroup, dr *istioconfig.Des
 					x.Endpoints = append(x.Endpoints, debugdoc.ExplainedEndpoint{
 						Address: ap.String(), Cluster: gw.Cluster, Network: string(n), Gateway: true,
 						Locality: model.Locality{Region: lle.GetLocality().GetRegion(), Zone: lle.GetLocality().GetZone(), SubZone: lle.GetLocality().GetSubZone()},
-						Sent: true, Priority: int(lle.GetPriority()), LocalityWeight: lle.GetLoadBalancingWeight().GetValue(),
+						Sent:     true, Priority: int(lle.GetPriority()), LocalityWeight: lle.GetLoadBalancingWeight().GetValue(),
 						Weight: lbe.GetLoadBalancingWeight().GetValue(),
 						Reason: fmt.Sprintf("gateway %s of network %s, for its endpoints that take Istio mutual TLS (weight: their number over its %d address(es))", gw.Service, n, len(nets.Of(n))),
 					})
