@@ -354,6 +354,7 @@ func newRemotes(opts Options, cfg *rest.Config, scheme *runtime.Scheme, st *stor
 		}
 	}
 	status := remotes.NewStatus(opts.Clock, reg)
+	remotes.RegisterNetworkMetrics(reg, st.NetworkGateways)
 	provider := remotes.NewProvider(remotes.ProviderOptions{
 		Remover: st, Status: status, Ownership: own, Log: log.WithName("remotes"), Clock: opts.Clock,
 	})

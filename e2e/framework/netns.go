@@ -76,10 +76,12 @@ type PodNetwork struct {
 	bridge string
 	lock   *os.File
 
-	mu     sync.Mutex // guards next, pods, closed
-	next   int
-	pods   []*Pod
-	closed bool
+	mu       sync.Mutex // guards next, nextMain, pods, segments, closed
+	next     int        // numbers every Pod (names)
+	nextMain int        // numbers the addresses on the bridge
+	pods     []*Pod
+	segments []*Segment
+	closed   bool
 }
 
 // NewPodNetwork takes the machine's pod-network lock (waiting for ctx at
@@ -233,6 +235,9 @@ type PodOptions struct {
 	// (Pod.Command): the names a Pod resolves without DNS, e.g. the hub's
 	// Service name mapped to the gateway.
 	Hosts map[string]netip.Addr
+	// Segment, when set, puts the Pod on that segment (a network of its
+	// own) instead of the bridge.
+	Segment *Segment
 }
 
 // AddPod creates a network namespace with the next free address
@@ -247,19 +252,31 @@ func (n *PodNetwork) AddPod(ctx context.Context, opts PodOptions) (_ *Pod, retEr
 		n.mu.Unlock()
 		return nil, errors.New("framework: pod network is closed")
 	}
-	if n.next >= maxPods {
-		n.mu.Unlock()
-		return nil, fmt.Errorf("framework: pod network is full (%d pods)", maxPods)
-	}
 	idx := n.next
 	n.next++
+	bridge, prefix, routes := n.bridge, podNetworkPrefix, [][]string{{"default", "via", PodNetworkGateway.String()}}
+	var ip netip.Addr
+	if s := opts.Segment; s != nil {
+		var err error
+		if ip, err = s.nextAddr(); err != nil {
+			n.mu.Unlock()
+			return nil, err
+		}
+		bridge, prefix, routes = s.bridge, s.prefix, s.podRoutes()
+	} else {
+		var err error
+		if ip, err = n.nextMainAddrLocked(); err != nil {
+			n.mu.Unlock()
+			return nil, err
+		}
+	}
 	n.mu.Unlock()
 
 	p := &Pod{
 		net:   n,
 		netns: fmt.Sprintf("%s%s-%x-%s", netnsPrefix, n.id, idx, sanitize(opts.Name)),
 		veth:  fmt.Sprintf("%s%s-%x", vethPrefix, n.id, idx),
-		ip:    netip.AddrFrom4([4]byte{198, 18, byte(1 + idx/254), byte(1 + idx%254)}),
+		ip:    ip,
 		hosts: map[string]netip.Addr{},
 	}
 	for name, ip := range opts.Hosts {
@@ -279,17 +296,20 @@ func (n *PodNetwork) AddPod(ctx context.Context, opts PodOptions) (_ *Pod, retEr
 	if err := p.writeHosts(); err != nil {
 		return nil, err
 	}
-	addr := netip.PrefixFrom(p.ip, podNetworkPrefix.Bits()).String()
-	for _, args := range [][]string{
+	addr := netip.PrefixFrom(p.ip, prefix.Bits()).String()
+	cmds := [][]string{
 		// The peer is created inside the namespace, so its name (eth0)
 		// never meets another Pod's in the host namespace.
 		{"link", "add", p.veth, "type", "veth", "peer", "name", "eth0", "netns", p.netns},
-		{"link", "set", p.veth, "master", n.bridge, "up"},
+		{"link", "set", p.veth, "master", bridge, "up"},
 		{"-n", p.netns, "addr", "add", addr, "dev", "eth0"},
 		{"-n", p.netns, "link", "set", "lo", "up"},
 		{"-n", p.netns, "link", "set", "eth0", "up"},
-		{"-n", p.netns, "route", "add", "default", "via", PodNetworkGateway.String()},
-	} {
+	}
+	for _, r := range routes {
+		cmds = append(cmds, append([]string{"-n", p.netns, "route", "add"}, r...))
+	}
+	for _, args := range cmds {
 		if err := n.ip(ctx, args...); err != nil {
 			return nil, err
 		}
@@ -332,6 +352,11 @@ func (n *PodNetwork) Close() error {
 	// Not the caller's context: cleanup must run even when that ended.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for _, s := range n.segments {
+		if linkExists(s.bridge) {
+			errs = append(errs, n.ip(ctx, "link", "delete", s.bridge))
+		}
+	}
 	if linkExists(n.bridge) {
 		errs = append(errs, n.ip(ctx, "link", "delete", n.bridge))
 	}
@@ -347,6 +372,9 @@ type Pod struct {
 	netns string
 	veth  string
 	ip    netip.Addr
+	// legs are the host ends of its veths to the bridge beside eth0
+	// (AddLeg), deleted with it.
+	legs []string
 
 	hostsMu sync.Mutex // guards hosts and the hosts file
 	hosts   map[string]netip.Addr
@@ -355,7 +383,7 @@ type Pod struct {
 	closeErr  error
 }
 
-// IP returns the Pod's address, 198.18.A.B.
+// IP returns the Pod's address, 198.18.A.B (on a segment, 198.19.K.B).
 func (p *Pod) IP() netip.Addr { return p.ip }
 
 // Netns returns the name of the Pod's network namespace (`ip netns`).
@@ -519,8 +547,10 @@ func (p *Pod) Close() error {
 		}
 		// The veth first: deleting one end deletes both at once, whereas a
 		// namespace's links go asynchronously, after its last user.
-		if err := p.net.ip(ctx, "link", "delete", p.veth); err != nil && linkExists(p.veth) {
-			errs = append(errs, err)
+		for _, v := range append([]string{p.veth}, p.legs...) {
+			if err := p.net.ip(ctx, "link", "delete", v); err != nil && linkExists(v) {
+				errs = append(errs, err)
+			}
 		}
 		if nsErr == nil {
 			errs = append(errs, p.net.ip(ctx, "netns", "delete", p.netns))

@@ -122,6 +122,11 @@ type SidecarOptions struct {
 	// the spoke's gateway template into pilot-agent `proxy router`, which
 	// binds its Gateways' ports in the Pod. Its node ID is of type router.
 	Gateway bool
+	// Network is the spoke chart's network value for the Pod's cluster,
+	// which the injector writes as ISTIO_META_NETWORK (a Pod label
+	// topology.istio.io/network wins). Default none: the hub then takes
+	// the cluster's network.
+	Network string
 }
 
 func (o *SidecarOptions) defaults() error {
@@ -263,7 +268,7 @@ func (r *RemoteCluster) domainSuffix() string { return "cluster.local" }
 // the spoke chart would write for this cluster and hub.
 func injectedPod(opts SidecarOptions) (*corev1.Pod, error) {
 	hub := hubHost(opts.Hub)
-	if !podNetworkPrefix.Contains(hub) {
+	if !podNetworkPrefix.Contains(hub) { // segments route the bridge's prefix too
 		return nil, fmt.Errorf("framework: hub %s listens on %s, which Pods cannot reach; start it with HubOptions.ListenHost %s",
 			opts.Hub.ReplicaID(), opts.Hub.XDSAddr(), PodNetworkGateway)
 	}
@@ -275,6 +280,9 @@ func injectedPod(opts SidecarOptions) (*corev1.Pod, error) {
 		"caAddress":        net.JoinHostPort(HubServiceName, addrPort(opts.Hub.CAAddr())),
 		"proxy":            map[string]any{"image": "e2e.meshfed.io/istio-proxy:local"},
 		"agent":            map[string]any{"image": "e2e.meshfed.io/meshfed-agent:local"},
+	}
+	if opts.Network != "" {
+		values["network"] = opts.Network
 	}
 	cfg, err := inject.NewConfig(inject.ConfigFile{Templates: inject.BuiltinTemplates()}, values)
 	if err != nil {

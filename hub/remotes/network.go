@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/meshfed/meshfed/pkg/model"
@@ -97,4 +98,46 @@ func gatewayOf(ctx context.Context, svc *corev1.Service, resolve Resolver) *mode
 		gw.Problem = strings.Join(problems, "; ")
 	}
 	return gw
+}
+
+// networkCollector reports the fleet's network gateways (store.Store's
+// view) as meshfed_network_gateway_problems{reason} and
+// meshfed_network_gateway_addresses{network}, read when scraped.
+type networkCollector struct {
+	view      func() *model.NetworkGateways
+	problems  *prometheus.Desc
+	addresses *prometheus.Desc
+}
+
+// RegisterNetworkMetrics registers the network gateway metrics of view
+// (the store's NetworkGateways) on reg.
+func RegisterNetworkMetrics(reg prometheus.Registerer, view func() *model.NetworkGateways) {
+	reg.MustRegister(&networkCollector{
+		view: view,
+		problems: prometheus.NewDesc("meshfed_network_gateway_problems",
+			"Problems of the fleet's network gateways, by reason: no_address (a gateway Service with no load balancer address or external IP), address_conflict (an address two networks' gateways claim, used by neither), no_gateway (a network whose endpoints no gateway reaches); /debug/registryz names each.",
+			[]string{"reason"}, nil),
+		addresses: prometheus.NewDesc("meshfed_network_gateway_addresses",
+			"Usable gateway addresses of each network, through which proxies of other networks reach its endpoints.",
+			[]string{"network"}, nil),
+	})
+}
+
+func (c *networkCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.problems
+	ch <- c.addresses
+}
+
+func (c *networkCollector) Collect(ch chan<- prometheus.Metric) {
+	v := c.view()
+	counts := map[string]int{model.ProblemNoAddress: 0, model.ProblemAddressConflict: 0, model.ProblemNoGateway: 0}
+	for _, p := range v.Problems {
+		counts[p.Reason]++
+	}
+	for reason, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.problems, prometheus.GaugeValue, float64(n), reason)
+	}
+	for n, addrs := range v.ByNetwork {
+		ch <- prometheus.MustNewConstMetric(c.addresses, prometheus.GaugeValue, float64(len(addrs)), string(n))
+	}
 }

@@ -26,13 +26,16 @@ func Registryz(replica string, st *store.Store, status *Status) debugdoc.Registr
 			Generation: s.Version.Term, Services: s.Services, Endpoints: s.Endpoints,
 			CredentialExpiry: c.CredentialExpiry, Since: c.Since,
 			StalePolicy: c.StalePolicy.String(), EndpointsDropped: c.Dropped,
-			DiscoverySelector: c.Scope.String(),
+			DiscoverySelector: c.Scope.String(), Network: s.Network,
 		})
 	}
 	for _, ms := range st.Services() {
 		out.Services = append(out.Services, debugdoc.RegistryzService{
 			Hostname: ms.Service.Hostname, Ports: ms.Service.Ports, Endpoints: ms.Endpoints,
 		})
+	}
+	if nets := st.NetworkGateways(); len(nets.Networks) > 0 {
+		out.Networks = nets
 	}
 	return out
 }

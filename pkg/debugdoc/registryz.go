@@ -54,6 +54,11 @@ type Registryz struct {
 	SecretErrors []SecretError `json:"secretErrors"`
 	// Services is the merged registry, one entry per hostname.
 	Services []RegistryzService `json:"services"`
+	// Networks are the fleet's networks: each one's gateway addresses, and
+	// the problems of the gateways (without an address, an address two
+	// networks claim) and of the networks (no gateway at all); absent in a
+	// fleet of one network.
+	Networks *model.NetworkGateways `json:"networks,omitempty"`
 	// Digest is ServicesDigest(Services): replicas that serve the same
 	// merged registry show the same digest, so one look tells whether a
 	// fleet has converged (after a partition, say).
@@ -108,6 +113,10 @@ type RegistryzCluster struct {
 	// meshfed.io/discovery-selector annotation), besides the hub-wide
 	// --discovery-selector; empty: no narrowing of its own.
 	DiscoverySelector string `json:"discoverySelector,omitempty"`
+	// Network is the cluster's network: its system namespace's
+	// topology.istio.io/network label, else its remote secret's
+	// meshfed.io/network annotation; empty when neither says one.
+	Network model.Network `json:"network,omitempty"`
 	// EndpointsDropped is when its endpoints were dropped under
 	// StalePolicy; absent while they are served.
 	EndpointsDropped time.Time `json:"endpointsDropped,omitzero"`

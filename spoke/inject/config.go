@@ -284,6 +284,15 @@ var funcs = template.FuncMap{
 	// valueOr looks up a dotted path in a map (values, labels) and
 	// returns def when it is missing, null or "".
 	"valueOr": valueOr,
+	// labelOr is the value of label key in labels (a label key may have
+	// dots, which valueOr would read as a path), or def when it is unset
+	// or empty.
+	"labelOr": func(labels map[string]string, key string, def any) any {
+		if v := labels[key]; v != "" {
+			return v
+		}
+		return def
+	},
 	// canonicalName is the Pod's service name as Istio derives it from
 	// its labels, or "".
 	"canonicalName": canonicalName,

@@ -160,6 +160,16 @@ func TestInjectSidecar(t *testing.T) {
 			t.Errorf("istio-proxy env %s = %q (set %v), want %q", name, got, ok, want)
 		}
 	}
+	// A Pod that says its network is on it, whatever the cluster's.
+	own := podJSON(t, appPod(func(p *corev1.Pod) { p.Labels["topology.istio.io/network"] = "network-9" }))
+	ownPatch, err := cfg.Patch(own, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownPod, _ := applyPatch(t, own, ownPatch)
+	if got, _ := env(container(ownPod.Spec.Containers, "istio-proxy"), "ISTIO_META_NETWORK"); got != "network-9" {
+		t.Errorf("a Pod labelled with its network gets ISTIO_META_NETWORK %q, want network-9", got)
+	}
 	if proxy.Image != "docker.io/istio/proxyv2:1.28.0" {
 		t.Errorf("istio-proxy image %q", proxy.Image)
 	}
