@@ -39,6 +39,30 @@ spec:
     hosts: ["*.local"]
 `
 
+// eastWestGatewayAPI is network-1's east-west gateway declared the
+// Gateway API's way (Istio's east-west variant): a Gateway labelled with
+// its network whose TLS Passthrough listener is on 15443.
+const eastWestGatewayAPI = `
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: istio}
+spec: {controllerName: istio.io/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: eastwest-api
+  namespace: istio-system
+  labels: {topology.istio.io/network: network-1}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: cross-network
+    port: 15443
+    protocol: TLS
+    tls: {mode: Passthrough}
+`
+
 // multiNetwork is a fleet whose clusters are each on a network (a pod
 // network segment) of their own.
 type multiNetwork struct {
@@ -69,7 +93,9 @@ func labelSystemNamespace(t *testing.T, r *framework.RemoteCluster) {
 // and its Service labelled with r's network, port 15443, whose load
 // balancer address is that leg's. It returns the gateway and its public
 // address.
-func (m *multiNetwork) startEastWestGateway(t *testing.T, hub *framework.Hub, r *framework.RemoteCluster) (*framework.Sidecar, netip.Addr) {
+//
+// selector are the gateway Pod's labels that its Gateway selects.
+func (m *multiNetwork) startEastWestGateway(t *testing.T, hub *framework.Hub, r *framework.RemoteCluster, selector map[string]string) (*framework.Sidecar, netip.Addr) {
 	t.Helper()
 	ctx := t.Context()
 	name := "ew-" + strings.TrimPrefix(string(r.ID), "cluster-")
@@ -78,9 +104,13 @@ func (m *multiNetwork) startEastWestGateway(t *testing.T, hub *framework.Hub, r 
 	if err != nil {
 		t.Fatal(err)
 	}
+	labels := map[string]string{model.LabelTopologyNetwork: networkOf(r)}
+	for k, v := range selector {
+		labels[k] = v
+	}
 	gw := framework.StartTestSidecar(t, m.f, framework.SidecarOptions{
 		Cluster: r, Pod: pod, Hub: hub, Name: name, Namespace: "istio-system", ServiceAccount: "eastwestgateway",
-		Labels: map[string]string{"istio": "eastwestgateway", model.LabelTopologyNetwork: networkOf(r)}, Gateway: true,
+		Labels: labels, Gateway: true,
 		Network:     networkOf(r),
 		ProxyConfig: map[string]any{"proxyStatsMatcher": map[string]any{"inclusionPrefixes": []string{"listener.0.0.0.0_15443."}}},
 	})
@@ -89,7 +119,7 @@ func (m *multiNetwork) startEastWestGateway(t *testing.T, hub *framework.Hub, r 
 			Labels: map[string]string{"istio": "eastwestgateway", model.LabelTopologyNetwork: networkOf(r)}},
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeLoadBalancer,
-			Selector: map[string]string{"istio": "eastwestgateway"},
+			Selector: selector,
 			Ports: []corev1.ServicePort{{Name: "tls", Port: model.DefaultGatewayPort, TargetPort: intstr.FromInt32(model.DefaultGatewayPort),
 				Protocol: corev1.ProtocolTCP}},
 		},
@@ -178,8 +208,8 @@ func answeredBy(ctx context.Context, client *framework.Pod, n int, want string) 
 // and Envoy, AUTO_PASSTHROUGH on 15443) when it has none, the gateway
 // counting the connections and the server seeing the client's SPIFFE ID
 // (TLS passed through, not terminated), explain naming the gateway with
-// its weight; and back. cluster-1's east-west gateway carries the
-// opposite direction. /debug/registryz shows each cluster's network and
+// its weight; and back. cluster-1's east-west gateway, declared as a
+// Gateway API Gateway, carries the opposite direction. /debug/registryz shows each cluster's network and
 // each network's gateway.
 func TestMultiNetwork(t *testing.T) {
 	net := framework.NewTestPodNetwork(t)
@@ -231,7 +261,7 @@ func TestMultiNetwork(t *testing.T) {
 
 	w1, echo1 := m.echoOn(t, hub, r1)
 	w2, echo2 := m.echoOn(t, other, r2)
-	gw2, public2 := m.startEastWestGateway(t, other, r2)
+	gw2, public2 := m.startEastWestGateway(t, other, r2, map[string]string{"istio": "eastwestgateway"})
 	cl, clientPod := m.clientOn(t, hub, r1)
 	waitReady(t, echo1, echo2, gw2, cl)
 
@@ -300,15 +330,18 @@ func TestMultiNetwork(t *testing.T) {
 
 	// explain names the gateway the client is sent in echo's place, with
 	// the weight of the one endpoint behind it.
-	out, err := framework.Meshfedctl(t, "explain", "--monitoring", hub.MonitoringURL(), "-o", "json",
-		cl.Name()+".demo", fmt.Sprintf("echo.demo:%d", echoPortHTTP))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var x debugdoc.Explainz
-	if err := json.Unmarshal([]byte(out), &x); err != nil {
-		t.Fatalf("explain: %v: %s", err, out)
-	}
+	var out string
+	testutil.Eventually(t, converge, poll, func() error {
+		var err error
+		out, err = framework.Meshfedctl(t, "explain", "--monitoring", hub.MonitoringURL(), "-o", "json",
+			cl.NodeID(), fmt.Sprintf("echo.demo:%d", echoPortHTTP))
+		if err != nil {
+			ps, _ := framework.Meshfedctl(t, "proxy-status", "--hub", hub.XDSAddr())
+			return fmt.Errorf("%w; proxy-status:\n%s", err, ps)
+		}
+		return json.Unmarshal([]byte(out), &x)
+	})
 	gwAddr := netip.AddrPortFrom(public2, model.DefaultGatewayPort).String()
 	if x.Network != "network-1" || !slices.ContainsFunc(x.Endpoints, func(e debugdoc.ExplainedEndpoint) bool {
 		return e.Gateway && e.Sent && e.Address == gwAddr && e.Weight == 1 && e.Network == "network-2"
@@ -323,8 +356,15 @@ func TestMultiNetwork(t *testing.T) {
 	testutil.Eventually(t, converge, poll, answeredBy(ctx, clientPod, 10, "cluster-1"))
 
 	// The opposite direction: a client in cluster-2, whose echo is not
-	// ready, reaches cluster-1 through cluster-1's gateway.
-	gw1, _ := m.startEastWestGateway(t, hub, r1)
+	// ready, reaches cluster-1 through cluster-1's gateway, declared
+	// through the Gateway API this time.
+	if err := f.Config().InstallGatewayAPICRDs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Config().ApplyIstio(ctx, eastWestGatewayAPI); err != nil {
+		t.Fatal(err)
+	}
+	gw1, _ := m.startEastWestGateway(t, hub, r1, map[string]string{"gateway.networking.k8s.io/gateway-name": "eastwest-api"})
 	cl2, client2Pod := m.clientOn(t, hub, r2)
 	waitReady(t, gw1, cl2)
 	if err := w2.SetReady(ctx, false); err != nil {

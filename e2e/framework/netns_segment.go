@@ -61,6 +61,10 @@ func (n *PodNetwork) AddSegment(ctx context.Context) (*Segment, error) {
 	n.mu.Unlock()
 	for _, args := range [][]string{
 		{"link", "add", s.bridge, "type", "bridge"},
+		// A fixed address, as the pod network's bridge has (see
+		// NewPodNetwork: a bridge's MAC otherwise follows its ports, and
+		// a Pod added later cut the others off from the hub).
+		{"link", "set", s.bridge, "address", fmt.Sprintf("02:00:c6:13:%02x:01", k)},
 		{"addr", "add", netip.PrefixFrom(s.host, 24).String(), "dev", s.bridge},
 		{"link", "set", s.bridge, "up"},
 	} {

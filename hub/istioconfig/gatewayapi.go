@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshfed/meshfed/pkg/istioconfig"
 	"github.com/meshfed/meshfed/pkg/istioconfig/validate"
+	"github.com/meshfed/meshfed/pkg/model"
 )
 
 // The Gateway API's objects: decoded into their Go types (the apiserver
@@ -26,6 +27,9 @@ import (
 func evaluateGatewayAPI(e *entry, kind string, spec []byte, u *unstructured.Unstructured) *entry {
 	e.apiStatus, _ = u.Object["status"].(map[string]any)
 	obj, err := istioconfig.NewGatewayAPIObject(kind, e.meta, spec)
+	if g, ok := obj.(*istioconfig.KubeGateway); ok {
+		g.Network = u.GetLabels()[model.LabelTopologyNetwork]
+	}
 	e.obj = obj
 	if err != nil {
 		e.obj = nil

@@ -57,6 +57,10 @@ type GatewayClass struct {
 type KubeGateway struct {
 	Meta
 	Spec gwv1.GatewaySpec
+	// Network is its label topology.istio.io/network: such a Gateway's
+	// TLS Passthrough listener on port 15443 is an east-west gateway's
+	// (AUTO_PASSTHROUGH), as Istio translates it.
+	Network string
 }
 
 // HTTPRoute is a valid HTTPRoute.
@@ -336,6 +340,11 @@ func (t *apiTranslator) server(g *KubeGateway, l gwv1.Listener) (*networking.Ser
 				return nil, string(gwv1.ListenerReasonUnsupportedProtocol), "HTTPS listeners terminate TLS; use a TLS listener to pass it through"
 			}
 			srv.Tls = &networking.ServerTLSSettings{Mode: networking.ServerTLSSettings_PASSTHROUGH}
+			if g.Network != "" && l.Port == model.DefaultGatewayPort && l.Protocol == gwv1.TLSProtocolType {
+				// Istio's east-west variant: mesh mTLS of other networks,
+				// routed by its SNI, no routes needed.
+				srv.Tls.Mode = networking.ServerTLSSettings_AUTO_PASSTHROUGH
+			}
 			return srv, "", ""
 		}
 		if l.TLS == nil || len(l.TLS.CertificateRefs) == 0 {

@@ -1,6 +1,7 @@
 package istioconfig_test
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -267,3 +268,34 @@ func TestGatewayAPIInvalidListener(t *testing.T) {
 		t.Errorf("served %v, want the one valid listener", gws)
 	}
 }
+
+// TestGatewayAPIEastWest: a Gateway labelled with its network (the label
+// is read by the hub into KubeGateway.Network) whose TLS Passthrough
+// listener is on 15443 is an east-west gateway: its server is
+// AUTO_PASSTHROUGH, as Istio's east-west variant; the same listener of an
+// unlabelled Gateway, or on another port, stays PASSTHROUGH.
+func TestGatewayAPIEastWest(t *testing.T) {
+	gateway := func(name string, port int, network string) istioconfig.Object {
+		o := apiObject(t, "KubernetesGateway", "istio-system", name, `{"gatewayClassName":"istio","listeners":[
+			{"name":"tls","port":`+strconv.Itoa(port)+`,"protocol":"TLS","tls":{"mode":"Passthrough"}}]}`)
+		o.(*istioconfig.KubeGateway).Network = network
+		return o
+	}
+	snap := istioconfig.NewSnapshot(istioconfig.SnapshotOptions{}, []istioconfig.Object{
+		gateway("eastwest", 15443, "network-1"), gateway("plain", 15443, ""), gateway("elsewhere", 16443, "network-1"),
+	})
+	for name, want := range map[string]networking.ServerTLSSettings_TLSmode{
+		"eastwest":  networking.ServerTLSSettings_AUTO_PASSTHROUGH,
+		"plain":     networking.ServerTLSSettings_PASSTHROUGH,
+		"elsewhere": networking.ServerTLSSettings_PASSTHROUGH,
+	} {
+		gws := snap.GatewaysFor("istio-system", model.NewLabels(map[string]string{istioconfig.GatewayNameLabel: name}))
+		if len(gws) != 1 || len(gws[0].Spec.GetServers()) != 1 {
+			t.Fatalf("%s: gateways %v", name, gws)
+		}
+		if got := gws[0].Spec.GetServers()[0].GetTls().GetMode(); got != want {
+			t.Errorf("%s: server mode %s, want %s", name, got, want)
+		}
+	}
+}
+
