@@ -298,4 +298,3 @@ func TestGatewayAPIEastWest(t *testing.T) {
 		}
 	}
 }
-
