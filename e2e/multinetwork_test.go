@@ -297,6 +297,11 @@ func TestMultiNetwork(t *testing.T) {
 		})
 	}
 
+	if out, err := framework.Meshfedctl(t, "remote-clusters", "--monitoring", hub.MonitoringURL()); err != nil ||
+		!strings.Contains(out, fmt.Sprintf("network-2: %s:15443 (cluster-2 istio-eastwestgateway.istio-system.svc.cluster.local)", public2)) {
+		t.Errorf("meshfedctl remote-clusters does not show network-2's gateway (%v):\n%s", err, out)
+	}
+
 	// cluster-1 has a ready endpoint: every call stays there.
 	testutil.Eventually(t, converge, poll, answeredBy(ctx, clientPod, 10, "cluster-1"))
 	before, err := gatewayConnections(ctx, gw2)

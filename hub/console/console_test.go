@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -27,10 +28,14 @@ func fleet(n int) Sources {
 	reg := debugdoc.Registryz{Replica: "hub-0",
 		Clusters: []debugdoc.RegistryzCluster{
 			{ID: "cluster-1", Secret: "istio-system/r1", State: debugdoc.ClusterSynced, Services: 1, Endpoints: 2},
-			{ID: "cluster-2", Secret: "istio-system/r2", State: debugdoc.ClusterReplicated, Services: 1, Endpoints: 1},
+			{ID: "cluster-2", Secret: "istio-system/r2", State: debugdoc.ClusterReplicated, Services: 1, Endpoints: 1, Network: "network-2"},
 			{ID: "cluster-3", Secret: "istio-system/r3", State: debugdoc.ClusterUnreachable, Error: "dial tcp 127.0.0.1:1: connection refused", Since: t0.Add(-time.Minute), StalePolicy: "keep", Services: 1, Endpoints: 1},
 		},
 		SecretErrors: []debugdoc.SecretError{{Secret: "istio-system/bad", Error: "no kubeconfig in it"}},
+		Networks: &model.NetworkGateways{Networks: []model.Network{"network-2", "network-3"},
+			ByNetwork: map[model.Network][]model.GatewayAddress{"network-2": {{Cluster: "cluster-2", Service: "eastwest.istio-system.svc.cluster.local",
+				Address: netip.MustParseAddr("203.0.113.2"), Port: 15443}}},
+			Problems: []model.NetworkProblem{{Network: "network-3", Reason: model.ProblemNoGateway, Message: "no gateway"}}},
 		Services: []debugdoc.RegistryzService{{Hostname: "echo.demo.svc.cluster.local", Ports: []model.ServicePort{{Name: "grpc", Port: 8080}},
 			Endpoints: []model.Endpoint{
 				{Cluster: "cluster-1", Locality: model.Locality{Region: "us-east", Zone: "a"}, Ready: true},

@@ -230,7 +230,8 @@ func (c *Console) clusters(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "clusters", struct {
 		Clusters     []clusterRow
 		SecretErrors []debugdoc.SecretError
-	}{rows, reg.SecretErrors})
+		Networks     *model.NetworkGateways
+	}{rows, reg.SecretErrors, reg.Networks})
 }
 
 // localityCount counts a service's endpoints of one cluster in one locality.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"github.com/meshfed/meshfed/hub/store"
 	"github.com/meshfed/meshfed/hub/xds"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
+	"github.com/meshfed/meshfed/pkg/model"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
@@ -282,14 +284,22 @@ func monitoringServer(t *testing.T, fed *debugdoc.Federationz) string {
 		Clusters: []debugdoc.RegistryzCluster{
 			{ID: "cluster-1", Secret: "istio-system/remote-1", State: debugdoc.ClusterSynced, Generation: 4, Services: 12, Endpoints: 48,
 				Since: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC), StalePolicy: "keep", DiscoverySelector: "mesh=on"},
-			{ID: "cluster-2", Secret: "istio-system/remote-1", State: debugdoc.ClusterReplicated, Services: 3, Endpoints: 6},
+			{ID: "cluster-2", Secret: "istio-system/remote-1", State: debugdoc.ClusterReplicated, Services: 3, Endpoints: 6, Network: "network-2"},
 			{ID: "cluster-3", Secret: "istio-system/remote-3", State: debugdoc.ClusterUnreachable,
 				Since: time.Date(2026, 12, 3, 9, 58, 0, 0, time.UTC), StalePolicy: "drop-after=30s", EndpointsDropped: time.Date(2026, 12, 3, 9, 58, 30, 0, time.UTC),
 				Error: "Get \"https://10.9.0.1:6443/api\":\n dial tcp 10.9.0.1:6443: i/o timeout"},
 			{ID: "cluster-4", Secret: "istio-system/remote-4", State: debugdoc.ClusterInvalid, Error: "kubeconfig uses an exec plugin"},
 		},
 		SecretErrors: []debugdoc.SecretError{{Secret: "istio-system/broken", Error: "no clusters in secret"}},
+		Networks: &model.NetworkGateways{
+			Networks: []model.Network{"network-1", "network-2"},
+			ByNetwork: map[model.Network][]model.GatewayAddress{"network-2": {{Cluster: "cluster-2",
+				Service: "istio-eastwestgateway.istio-system.svc.cluster.local", Address: netip.MustParseAddr("203.0.113.7"), Port: 15443}}},
+			Problems: []model.NetworkProblem{{Network: "network-1", Cluster: "cluster-1", Service: "istio-eastwestgateway.istio-system.svc.cluster.local",
+				Reason: model.ProblemNoAddress, Message: "no address in status.loadBalancer.ingress or spec.externalIPs"}},
+		},
 	}
+	reg.Clusters[0].Network = "network-1"
 	mux := http.NewServeMux()
 	write := func(w http.ResponseWriter, v any) {
 		w.Header().Set("Content-Type", "application/json")

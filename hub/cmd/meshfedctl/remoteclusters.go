@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/meshfed/meshfed/pkg/debugdoc"
+	"github.com/meshfed/meshfed/pkg/model"
 )
 
 // remoteClustersDoc is what `remote-clusters -o json` writes.
@@ -20,6 +22,9 @@ type remoteClustersDoc struct {
 	Replica      string                 `json:"replica"`
 	Clusters     []remoteCluster        `json:"clusters"`
 	SecretErrors []debugdoc.SecretError `json:"secretErrors,omitempty"`
+	// Networks are the fleet's networks and their gateways, absent in a
+	// fleet of one network.
+	Networks *model.NetworkGateways `json:"networks,omitempty"`
 }
 
 // remoteCluster is one row of remote-clusters. Owners is empty when the
@@ -42,6 +47,8 @@ type remoteCluster struct {
 	// DiscoverySelector narrows what is discovered in it (the remote
 	// secret's meshfed.io/discovery-selector); absent: no narrowing.
 	DiscoverySelector string `json:"discoverySelector,omitempty"`
+	// Network is the cluster's network; absent when unknown.
+	Network string `json:"network,omitempty"`
 	// Spoke is the spoke's version and health, "" when its trust-bundle
 	// stream is not on the answering replica.
 	Spoke string `json:"spoke,omitempty"`
@@ -94,14 +101,14 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 		}
 	}
 
-	doc := remoteClustersDoc{Replica: reg.Replica, Clusters: []remoteCluster{}, SecretErrors: reg.SecretErrors}
+	doc := remoteClustersDoc{Replica: reg.Replica, Clusters: []remoteCluster{}, SecretErrors: reg.SecretErrors, Networks: reg.Networks}
 	for _, c := range reg.Clusters {
 		id := string(c.ID)
 		row := remoteCluster{
 			Cluster: id, Secret: c.Secret, State: string(c.State),
 			Services: c.Services, Endpoints: c.Endpoints, Error: c.Error, Spoke: spokes[id],
 			Since: c.Since, StalePolicy: c.StalePolicy, EndpointsDropped: c.EndpointsDropped,
-			DiscoverySelector: c.DiscoverySelector,
+			DiscoverySelector: c.DiscoverySelector, Network: string(c.Network),
 		}
 		if haveOwners {
 			row.Owners = owners[id]
@@ -116,7 +123,7 @@ func remoteClusters(ctx context.Context, opts Options, stdout io.Writer) error {
 
 func writeRemoteClusters(w io.Writer, doc remoteClustersDoc, haveOwners bool) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tSECRET\tSTATE\tSINCE\tSTALE\tSCOPE\tOWNERS\tSERVICES\tENDPOINTS\tSPOKE\tERROR")
+	fmt.Fprintln(tw, "CLUSTER\tSECRET\tSTATE\tSINCE\tSTALE\tSCOPE\tNETWORK\tOWNERS\tSERVICES\tENDPOINTS\tSPOKE\tERROR")
 	for _, c := range doc.Clusters {
 		own := "-"
 		if haveOwners && len(c.Owners) > 0 {
@@ -130,11 +137,14 @@ func writeRemoteClusters(w io.Writer, doc remoteClustersDoc, haveOwners bool) er
 		if !c.EndpointsDropped.IsZero() {
 			stale += " (dropped " + c.EndpointsDropped.UTC().Format(time.RFC3339) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Cluster, dash(c.Secret), dash(c.State), since, stale, dash(c.DiscoverySelector), own,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.Cluster, dash(c.Secret), dash(c.State), since, stale, dash(c.DiscoverySelector), dash(c.Network), own,
 			strconv.Itoa(c.Services), strconv.Itoa(c.Endpoints), dash(c.Spoke), dash(oneLine(c.Error)))
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("writing table: %w", err)
+	}
+	if err := writeNetworks(w, doc.Networks); err != nil {
+		return err
 	}
 	if len(doc.SecretErrors) > 0 {
 		fmt.Fprintln(w)
@@ -143,6 +153,36 @@ func writeRemoteClusters(w io.Writer, doc remoteClustersDoc, haveOwners bool) er
 			if _, err := fmt.Fprintf(w, "  %s: %s\n", e.Secret, oneLine(e.Error)); err != nil {
 				return fmt.Errorf("writing table: %w", err)
 			}
+		}
+	}
+	return nil
+}
+
+// writeNetworks lists each network's gateway addresses, then the
+// problems of the gateways and networks.
+func writeNetworks(w io.Writer, nets *model.NetworkGateways) error {
+	if nets == nil || len(nets.Networks) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "NETWORKS:")
+	for _, n := range nets.Networks {
+		var gws []string
+		for _, g := range nets.Of(n) {
+			gws = append(gws, fmt.Sprintf("%s (%s %s)", netip.AddrPortFrom(g.Address, uint16(g.Port)), g.Cluster, g.Service))
+		}
+		if len(gws) == 0 {
+			gws = []string{"no usable gateway"}
+		}
+		fmt.Fprintf(w, "  %s: %s\n", n, strings.Join(gws, ", "))
+	}
+	for _, p := range nets.Problems {
+		where := ""
+		if p.Cluster != "" {
+			where = fmt.Sprintf(" %s %s", p.Cluster, p.Service)
+		}
+		if _, err := fmt.Fprintf(w, "  problem %s%s: %s\n", p.Network, where, oneLine(p.Message)); err != nil {
+			return fmt.Errorf("writing table: %w", err)
 		}
 	}
 	return nil
