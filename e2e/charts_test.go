@@ -668,6 +668,38 @@ func TestHubChart(t *testing.T) {
 	r.get(t, "Role", "istio-system", "meshfed-hub", &role)
 }
 
+// TestSpokeChartEastWest: the eastwest value deploys the network's
+// east-west gateway: Pods and Service labelled istio=eastwestgateway and
+// with the network, port 15443 on a LoadBalancer Service; it reads no
+// credentials (no Role), and without a network the chart refuses it.
+func TestSpokeChartEastWest(t *testing.T) {
+	const ns = "istio-system"
+	r := mustRender(t, spokeChartDir, ns, map[string]any{"network": "network-1", "eastwest": map[string]any{"enabled": true}})
+	noWildcards(t, r)
+	var dep appsv1.Deployment
+	r.get(t, "Deployment", ns, "istio-eastwestgateway", &dep)
+	pod := dep.Spec.Template
+	if pod.Labels["istio"] != "eastwestgateway" || pod.Labels["topology.istio.io/network"] != "network-1" ||
+		pod.Annotations[inject.AnnotationTemplates] != inject.TemplateGateway || pod.Spec.Containers[0].Ports[0].ContainerPort != 15443 {
+		t.Errorf("east-west Deployment %+v", dep.Spec)
+	}
+	var svc corev1.Service
+	r.get(t, "Service", ns, "istio-eastwestgateway", &svc)
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Labels["topology.istio.io/network"] != "network-1" ||
+		len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 15443 || svc.Spec.Ports[0].Name != "tls" {
+		t.Errorf("east-west Service %+v %+v", svc.Labels, svc.Spec)
+	}
+	for _, o := range r.objects {
+		if o.GetKind() == "Role" && strings.HasPrefix(o.GetName(), "istio-eastwestgateway") {
+			t.Errorf("the east-west gateway has a Role %s: it reads no credentials", o.GetName())
+		}
+	}
+	if _, err := renderChart(spokeChartDir, ns, map[string]any{"eastwest": map[string]any{"enabled": true}}); err == nil ||
+		!strings.Contains(err.Error(), "eastwest.enabled needs network") {
+		t.Errorf("eastwest without a network: %v", err)
+	}
+}
+
 func TestChartSchemaRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct {
 		dir    string

@@ -184,6 +184,9 @@ func TestHelmCLI(t *testing.T) {
 				"gateways[0].service.ports[1].name": "https",
 				"gateways[0].service.ports[1].port": "443",
 				"gateways[0].service.type":          "ClusterIP",
+				// The network's east-west gateway.
+				"eastwest.enabled":      "true",
+				"eastwest.service.type": "ClusterIP",
 			},
 			upgradeKey: "clusterID", upgradeValue: "cluster-7",
 			upgraded: func(t *testing.T, c client.Client) {
