@@ -694,6 +694,12 @@ func TestSpokeChartEastWest(t *testing.T) {
 			t.Errorf("the east-west gateway has a Role %s: it reads no credentials", o.GetName())
 		}
 	}
+	// Another port is said to the hub by the Service's annotation.
+	r = mustRender(t, spokeChartDir, ns, map[string]any{"network": "network-1", "eastwest": map[string]any{"enabled": true, "port": 16443}})
+	r.get(t, "Service", ns, "istio-eastwestgateway", &svc)
+	if svc.Annotations["networking.istio.io/gatewayPort"] != "16443" || svc.Spec.Ports[0].Port != 16443 {
+		t.Errorf("east-west Service on 16443: %+v %+v", svc.Annotations, svc.Spec.Ports)
+	}
 	if _, err := renderChart(spokeChartDir, ns, map[string]any{"eastwest": map[string]any{"enabled": true}}); err == nil ||
 		!strings.Contains(err.Error(), "eastwest.enabled needs network") {
 		t.Errorf("eastwest without a network: %v", err)
