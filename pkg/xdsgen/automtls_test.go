@@ -359,7 +359,11 @@ func TestServiceClustersAutoMTLS(t *testing.T) {
 				}
 				if c.GetTransportSocket() != nil {
 					secure = append(secure, c.GetName())
-					if !proto.Equal(c.GetTransportSocket(), upstreamTLS(tc.sans())) {
+					h, port, subset, err := ParseSubsetClusterName(c.GetName())
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !proto.Equal(c.GetTransportSocket(), meshUpstreamTLS(tc.sans(), SNIClusterName(h, port, subset))) {
 						t.Errorf("%s: transport socket %v", c.GetName(), c.GetTransportSocket())
 					}
 				}

@@ -311,9 +311,14 @@ func TestSecureSubsetClusters(t *testing.T) {
 	if len(cs) != 4 {
 		t.Fatalf("ServiceClusters = %v", drClusterNames(cs))
 	}
+	// Every cluster is secure, each naming itself by SNI.
 	for _, c := range cs {
-		if !proto.Equal(c.GetTransportSocket(), cs[0].GetTransportSocket()) || c.GetTransportSocket() == nil {
-			t.Errorf("%s: TLS differs from the default cluster's", c.GetName())
+		h, port, subset, err := ParseSubsetClusterName(c.GetName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(c.GetTransportSocket(), meshUpstreamTLS([]string{SpiffeID("", "demo", "echo")}, SNIClusterName(h, port, subset))) {
+			t.Errorf("%s: TLS %v", c.GetName(), c.GetTransportSocket())
 		}
 	}
 }

@@ -278,7 +278,8 @@ trafficPolicy:
 		}
 	}
 	// Without SNI or SANs the proxyless socket is auto mTLS's own.
-	if !proto.Equal(grpc[tlsGRPC].GetTransportSocket(), upstreamTLS([]string{SpiffeID("", "demo", "echo")})) {
+	h, port, _, _ := ParseSubsetClusterName(tlsGRPC)
+	if !proto.Equal(grpc[tlsGRPC].GetTransportSocket(), meshUpstreamTLS([]string{SpiffeID("", "demo", "echo")}, SNIClusterName(h, port, ""))) {
 		t.Errorf("proxyless %s: not auto mTLS's socket", tlsGRPC)
 	}
 }

@@ -139,23 +139,25 @@ func securedClusters(svc *model.Service, dr *istioconfig.DestinationRule, secure
 	if len(secure) == 0 {
 		return out
 	}
-	ts := upstreamTLS(sans)
-	// A DestinationRule's ISTIO_MUTUAL may name its own SNI and SANs.
-	own := map[string]*corev3.TransportSocket{}
+	// Each cluster's socket names it by SNI (SNIClusterName), as a
+	// sidecar's does: grpc-go sends it when GRPC_EXPERIMENTAL_XDS_SNI is
+	// true, which is what lets an east-west gateway route a proxyless
+	// client's mutual TLS to another network. A DestinationRule's
+	// ISTIO_MUTUAL may name its own SNI and SANs.
+	sockets := map[string]*corev3.TransportSocket{}
 	for _, sp := range servicePorts(svc) {
 		for _, s := range append([]string{""}, subsetNames(dr)...) {
+			name, sni := SubsetClusterName(svc.Hostname, sp.Port, s), SNIClusterName(svc.Hostname, sp.Port, s)
 			if t := drTLS(dr, sp.Port, s); t.GetMode() == networking.ClientTLSSettings_ISTIO_MUTUAL && (t.GetSni() != "" || len(t.GetSubjectAltNames()) > 0) {
-				own[SubsetClusterName(svc.Hostname, sp.Port, s)] = meshUpstreamTLS(istioSANs(t, sans), tlsSNI(t, ""))
+				sockets[name] = meshUpstreamTLS(istioSANs(t, sans), tlsSNI(t, sni))
+				continue
 			}
+			sockets[name] = meshUpstreamTLS(sans, sni)
 		}
 	}
 	for _, c := range out {
-		switch {
-		case !secure[c.GetName()]:
-		case own[c.GetName()] != nil:
-			c.TransportSocket = own[c.GetName()]
-		default:
-			c.TransportSocket = ts
+		if secure[c.GetName()] {
+			c.TransportSocket = sockets[c.GetName()]
 		}
 	}
 	return out
@@ -341,17 +343,12 @@ func certProvider(withCertName bool) *tlsv3.CertificateProviderPluginInstance {
 	return p
 }
 
-// upstreamTLS is the client side of mTLS, without SNI. grpc-go (v1.85)
-// reads the SAN matchers only from the deprecated match_subject_alt_names,
-// Envoy prefers match_typed_subject_alt_names; both are set, with the same
-// URIs.
-func upstreamTLS(sans []string) *corev3.TransportSocket {
-	return meshUpstreamTLS(sans, "")
-}
-
-// meshUpstreamTLS is upstreamTLS with SNI sni ("": none) and sans typed by
-// sanMatcher (a SPIFFE ID is a URI; a DestinationRule may name DNS SANs,
-// which grpc-go's untyped matchers compare with every SAN of the server).
+// meshUpstreamTLS is the client side of mutual TLS with SNI sni ("": none)
+// and sans typed by sanMatcher (a SPIFFE ID is a URI; a DestinationRule
+// may name DNS SANs, which grpc-go's untyped matchers compare with every
+// SAN of the server). grpc-go (v1.85) reads the SAN matchers only from the
+// deprecated match_subject_alt_names, Envoy prefers
+// match_typed_subject_alt_names: both are set, with the same values.
 func meshUpstreamTLS(sans []string, sni string) *corev3.TransportSocket {
 	vc := &tlsv3.CertificateValidationContext{
 		CaCertificateProviderInstance: certProvider(false),
