@@ -303,6 +303,9 @@ func shardFromProto(c model.ClusterID, p *peerpb.Shard) (*model.ServiceShard, er
 	}
 	out.Network = model.Network(intern(p.GetNetwork()))
 	if pg := p.GetGateway(); pg != nil {
+		if pg.GetNetwork() == "" || pg.GetPort() == 0 || pg.GetPort() > 65535 {
+			return nil, fmt.Errorf("gateway of network %q on port %d: a gateway needs a network and a port in 1..65535", pg.GetNetwork(), pg.GetPort())
+		}
 		gw := &model.NetworkGateway{Network: model.Network(intern(pg.GetNetwork())), Port: pg.GetPort(), Problem: pg.GetProblem()}
 		for i, a := range pg.GetAddresses() {
 			addr, ok := netip.AddrFromSlice(a)

@@ -31,6 +31,12 @@ func FuzzApplyFromWire(f *testing.F) {
 			Shards: map[model.Hostname]*model.ServiceShard{h: shard("10.0.0.2")}, Sent: time.Unix(2, 0)}},
 		{Delta: &ShardDelta{Cluster: c, Version: Version{Term: 2, Seq: 1, Owner: "a"}, Hostname: h, Shard: shard("10.0.0.3")}},
 		{Delta: &ShardDelta{Cluster: c, Version: Version{Term: 2, Seq: 1, Owner: "a"}, Hostname: h}},
+		{Delta: &ShardDelta{Cluster: c, Version: Version{Term: 2, Seq: 1, Owner: "a"}, Hostname: h, Shard: func() *model.ServiceShard {
+			s := shard("10.0.0.4")
+			s.Network, s.Endpoints[0].Network = "n1", "n2"
+			s.Gateway = &model.NetworkGateway{Network: "n1", Port: model.DefaultGatewayPort, Addresses: []netip.Addr{netip.MustParseAddr("198.19.0.1")}}
+			return s
+		}()}},
 	} {
 		data, err := EncodePeerMessage(m)
 		if err != nil {
@@ -71,5 +77,14 @@ func FuzzApplyFromWire(f *testing.F) {
 		}
 		_ = reg.Clusters()
 		_ = s.Digest()
+		// A peer's networks and gateways are read as any other.
+		for _, a := range reg.NetworkGateways().ByNetwork {
+			for _, g := range a {
+				if g.Port == 0 || g.Port > 65535 || !g.Address.IsValid() {
+					t.Fatalf("a peer's gateway %+v got into the view", g)
+				}
+			}
+		}
+		_ = reg.ClusterNetwork(c)
 	})
 }

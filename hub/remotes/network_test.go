@@ -86,3 +86,35 @@ func TestNetworkOf(t *testing.T) {
 		t.Errorf("nothing known: %q", got)
 	}
 }
+
+// FuzzGatewayOf: whatever a remote cluster's Service says (labels,
+// port annotation, ports, load balancer status, external IPs), gatewayOf
+// returns nil or a gateway of a known network with a port in range and
+// either addresses or the problem why it has none.
+func FuzzGatewayOf(f *testing.F) {
+	f.Add("network-2", "", int32(15443), "198.19.0.1", "", "203.0.113.1")
+	f.Add("network-2", "16443", int32(16443), "", "lb.example.com", "")
+	f.Add("network-2", "x", int32(15443), "::ffff:1.2.3.4", "", "not-an-ip")
+	f.Add("", "15443", int32(15443), "198.19.0.1", "", "")
+	f.Fuzz(func(t *testing.T, network, portAnnotation string, port int32, ip, hostname, externalIP string) {
+		svc := gatewayService(map[string]string{model.LabelTopologyNetwork: network},
+			map[string]string{model.AnnotationGatewayPort: portAnnotation}, []int32{port},
+			[]corev1.LoadBalancerIngress{{IP: ip, Hostname: hostname}}, externalIP)
+		resolve := func(context.Context, string) ([]netip.Addr, error) { return nil, errors.New("no resolver here") }
+		gw := gatewayOf(context.Background(), svc, resolve)
+		if gw == nil {
+			return
+		}
+		if gw.Network == "" || gw.Network != model.Network(network) {
+			t.Fatalf("gateway of network %q from label %q", gw.Network, network)
+		}
+		if gw.Problem == "" && (len(gw.Addresses) == 0 || gw.Port == 0 || gw.Port > 65535) {
+			t.Fatalf("gateway without a problem but unusable: %+v", gw)
+		}
+		for _, a := range gw.Addresses {
+			if !a.IsValid() || a.Is4In6() {
+				t.Fatalf("address %v", a)
+			}
+		}
+	})
+}
