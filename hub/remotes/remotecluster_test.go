@@ -80,6 +80,7 @@ func runRemote(t *testing.T, e *env, scope remotes.Scope, log *requestLog) (*sto
 	cfg := rest.CopyConfig(e.cfg.Config)
 	cfg.WrapTransport = log.wrap
 	status := remotes.NewStatus(clock.RealClock{}, prometheus.NewRegistry())
+	status.Set("c1", "istio-system/remotes", remotes.StateSyncing, "") // as the Provider does before the scope
 	status.SetScope("c1", scope)
 	cl, err := remotes.NewRemoteCluster("c1", cfg, scope, status)
 	if err != nil {
