@@ -21,12 +21,16 @@ import (
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
-const gatewayAPIWeb = `
+// gatewayClassIstio is the GatewayClass istio, as Istio installs it.
+const gatewayClassIstio = `
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {name: istio}
 spec: {controllerName: istio.io/gateway-controller}
 ---
+`
+
+const gatewayAPIWeb = gatewayClassIstio + `
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: web, namespace: istio-ingress}

@@ -7,10 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"net/url"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,12 +39,7 @@ spec:
 // eastWestGatewayAPI is network-1's east-west gateway declared the
 // Gateway API's way (Istio's east-west variant): a Gateway labelled with
 // its network whose TLS Passthrough listener is on 15443.
-const eastWestGatewayAPI = `
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: istio}
-spec: {controllerName: istio.io/gateway-controller}
----
+const eastWestGatewayAPI = gatewayClassIstio + `
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata:
@@ -171,17 +163,7 @@ func (m *multiNetwork) clientOn(t *testing.T, hub *framework.Hub, r *framework.R
 // gatewayConnections is Envoy's count of connections accepted by the
 // east-west listener of gw.
 func gatewayConnections(ctx context.Context, gw *framework.Sidecar) (int, error) {
-	stat := "listener.0.0.0.0_15443.downstream_cx_total"
-	b, err := gw.Admin(ctx, "/stats?filter="+url.QueryEscape("^"+regexp.QuoteMeta(stat)+"$"))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), stat+": "); ok {
-			return strconv.Atoi(v)
-		}
-	}
-	return 0, fmt.Errorf("%s: no stat %s in %q", gw.Name(), stat, b)
+	return envoyCounter(ctx, gw, "listener.0.0.0.0_15443.downstream_cx_total")
 }
 
 // answeredBy checks that n calls from client through its Envoy are all

@@ -634,7 +634,12 @@ func TestSidecarProtocols(t *testing.T) {
 // which Envoy keeps only with handshakeStats: Istio's bootstrap records
 // few stats unless proxyStatsMatcher includes them).
 func inboundHandshakes(ctx context.Context, s *framework.Sidecar, port uint16) (int, error) {
-	stat := fmt.Sprintf("listener.%s_%d.ssl.handshake", s.IP(), port)
+	return envoyCounter(ctx, s, fmt.Sprintf("listener.%s_%d.ssl.handshake", s.IP(), port))
+}
+
+// envoyCounter reads the value of Envoy's counter stat of s (which
+// Istio's bootstrap keeps only when the proxy's proxyStatsMatcher asks).
+func envoyCounter(ctx context.Context, s *framework.Sidecar, stat string) (int, error) {
 	b, err := s.Admin(ctx, "/stats?filter="+url.QueryEscape("^"+regexp.QuoteMeta(stat)+"$"))
 	if err != nil {
 		return 0, err

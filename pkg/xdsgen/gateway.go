@@ -13,7 +13,6 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networking "istio.io/api/networking/v1alpha3"
 
@@ -624,7 +623,8 @@ func RouterClusters(gws []*istioconfig.Gateway, services []*model.MergedService,
 		for _, sc := range in.sniClusters(p) {
 			if !seen[sc.name] {
 				seen[sc.name] = true
-				out = append(out, sniCluster(sc.name))
+				// Plaintext: the client's TLS passes through untouched.
+				out = append(out, edsCluster(sc.name))
 			}
 		}
 	}
@@ -710,22 +710,4 @@ func (in *gatewayInputs) autoPassthroughChains(p gatewayPort) []*listenerv3.Filt
 		})
 	}
 	return out
-}
-
-// sniCluster is the plaintext EDS cluster an AUTO_PASSTHROUGH chain sends
-// to: the client's TLS passes through it untouched.
-func sniCluster(name string) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
-		Name:                 name,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
-			EdsConfig:   adsWaitingConfigSource(),
-			ServiceName: name,
-		},
-		ConnectTimeout: durationpb.New(connectTimeout),
-		LbPolicy:       clusterv3.Cluster_LEAST_REQUEST,
-		CircuitBreakers: &clusterv3.CircuitBreakers{
-			Thresholds: []*clusterv3.CircuitBreakers_Thresholds{unlimitedThresholds()},
-		},
-	}
 }

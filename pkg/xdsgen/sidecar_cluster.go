@@ -109,13 +109,11 @@ func outboundClusters(ms *model.MergedService, dr *istioconfig.DestinationRule, 
 	return out
 }
 
-// outboundCluster is the plaintext cluster of subset ("" for the whole
-// service) of port sp of svc: EDS, or for a DNS-resolved svc STRICT_DNS
-// (ResolutionDNS) or LOGICAL_DNS (ResolutionDNSRoundRobin) over its DNS
-// endpoints (see dns.go).
-func outboundCluster(svc *model.Service, sp model.ServicePort, subset string, dr *istioconfig.DestinationRule) *clusterv3.Cluster {
-	name := SubsetClusterName(svc.Hostname, sp.Port, subset)
-	c := &clusterv3.Cluster{
+// edsCluster is an Envoy cluster named name whose endpoints are the load
+// assignment of the same name, over ADS: least-request balancing,
+// istiod's connect timeout and unlimited circuit breakers, plaintext.
+func edsCluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
@@ -128,6 +126,14 @@ func outboundCluster(svc *model.Service, sp model.ServicePort, subset string, dr
 			Thresholds: []*clusterv3.CircuitBreakers_Thresholds{unlimitedThresholds()},
 		},
 	}
+}
+
+// outboundCluster is the plaintext cluster of subset ("" for the whole
+// service) of port sp of svc: EDS, or for a DNS-resolved svc STRICT_DNS
+// (ResolutionDNS) or LOGICAL_DNS (ResolutionDNSRoundRobin) over its DNS
+// endpoints (see dns.go).
+func outboundCluster(svc *model.Service, sp model.ServicePort, subset string, dr *istioconfig.DestinationRule) *clusterv3.Cluster {
+	c := edsCluster(SubsetClusterName(svc.Hostname, sp.Port, subset))
 	if dnsResolved(svc) {
 		setDNS(c, svc, sp, ProxyEnvoy)
 	}
