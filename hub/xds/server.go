@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -120,9 +121,13 @@ type Server struct {
 	// unservedLog bounds the info-level logs of requests of types the
 	// hub does not serve to the asking proxy.
 	unservedLog *rate.Limiter
-	csds        *xdsstatus.CSDS
-	ledger      *xdsstatus.Ledger // config epochs (ConfigLedger)
-	authn       *authenticator
+	// nets are the network gateways of the last push, and problemLog
+	// bounds the logs of their new problems; the push loop's alone.
+	nets       *model.NetworkGateways
+	problemLog *rate.Limiter
+	csds       *xdsstatus.CSDS
+	ledger     *xdsstatus.Ledger // config epochs (ConfigLedger)
+	authn      *authenticator
 	// xds is the one stream server of every port, so that stream IDs
 	// (the keys of status, NACK backoff and groups) are unique across
 	// ports. It lives until stop, called when Run ends.
@@ -203,6 +208,7 @@ func New(opts Options) *Server {
 	s.cache.clusterNetwork = s.opts.Registry.ClusterNetwork
 	s.cache.debug = xdsstatus.NewDebugTypes(src, opts.Replica)
 	s.unservedLog = rate.NewLimiter(refusalLogRate, refusalLogBurst)
+	s.problemLog = rate.NewLimiter(refusalLogRate, refusalLogBurst)
 	s.cache.unserved = s.logUnserved
 	if opts.Credentials != nil {
 		s.cache.credentials = func(cluster model.ClusterID, namespace string) *nodeCredentials {
@@ -326,7 +332,12 @@ func (s *Server) push(hs []model.Hostname, configChanged bool) {
 		return
 	}
 	start := s.clk.Now()
-	for _, w := range s.cache.plan(hs, s.opts.Registry.Service, s.config.get(), s.opts.Registry.NetworkGateways()) {
+	nets := s.opts.Registry.NetworkGateways()
+	if nets != s.nets {
+		s.logNetworkProblems(s.nets, nets)
+		s.nets = nets
+	}
+	for _, w := range s.cache.plan(hs, s.opts.Registry.Service, s.config.get(), nets) {
 		if err := s.cache.apply(w); err != nil {
 			s.opts.Log.Error(err, "updating xDS cache", "type", w.typeURL)
 			continue
@@ -339,6 +350,28 @@ func (s *Server) push(hs []model.Hostname, configChanged bool) {
 	}
 	s.metrics.pushDuration.Observe(s.clk.Since(start).Seconds())
 	s.signalGatewayChecks()
+}
+
+// logNetworkProblems logs, at most refusalLogRate a second (the rest at
+// debug level), the problems of the network gateways in next that were not
+// in prev; all of them are in /debug/registryz and counted in
+// meshfed_network_gateway_problems.
+func (s *Server) logNetworkProblems(prev, next *model.NetworkGateways) {
+	var old []model.NetworkProblem
+	if prev != nil {
+		old = prev.Problems
+	}
+	for _, p := range next.Problems {
+		if slices.Contains(old, p) {
+			continue
+		}
+		log := s.opts.Log.V(1)
+		if s.problemLog.AllowN(s.clk.Now(), 1) {
+			log = s.opts.Log
+		}
+		log.Info("network gateway problem: other networks may not reach this network's endpoints", "network", p.Network,
+			"cluster", p.Cluster, "service", p.Service, "reason", p.Reason, "problem", p.Message)
+	}
 }
 
 // Ledger returns the server's config ledger.
