@@ -357,6 +357,7 @@ func newRemotes(opts Options, cfg *rest.Config, scheme *runtime.Scheme, st *stor
 	remotes.RegisterNetworkMetrics(reg, st.NetworkGateways)
 	provider := remotes.NewProvider(remotes.ProviderOptions{
 		Remover: st, Status: status, Ownership: own, Log: log.WithName("remotes"), Clock: opts.Clock,
+		Namespace: opts.Namespace, ProbeInterval: opts.ClusterProbeInterval,
 	})
 	watcher := remotes.NewWatcher(remotes.WatcherOptions{
 		Sink: st, Status: status, DomainSuffix: opts.DomainSuffix,

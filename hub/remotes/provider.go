@@ -58,7 +58,13 @@ type ProviderOptions struct {
 	// StopGrace bounds how long the provider's end waits for the remote
 	// clusters' caches to stop; default DefaultStopGrace.
 	StopGrace time.Duration
-	// Clock times StopGrace; default the real clock.
+	// Namespace holds the remote secrets; default DefaultSystemNamespace.
+	Namespace string
+	// ProbeInterval is how often the config cluster is probed, so that
+	// its return after an outage is seen at once (the remote secrets are
+	// then listed anew); 0 turns the probe off.
+	ProbeInterval time.Duration
+	// Clock times StopGrace and the probes; default the real clock.
 	Clock clock.Clock
 }
 
@@ -114,6 +120,9 @@ type Provider struct {
 
 	// queue is the reconcile loop's, set while Start runs (Reconnect).
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[types.NamespacedName]]
+
+	sourceMu sync.Mutex    // guards source
+	source   *secretSource // the remote-secret cache, set while Start runs
 }
 
 // reconnectNamespace marks a queue key that asks for a cluster to be
@@ -144,6 +153,9 @@ func NewProvider(opts ProviderOptions) *Provider {
 	}
 	if opts.StopGrace == 0 {
 		opts.StopGrace = DefaultStopGrace
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = DefaultSystemNamespace
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -226,24 +238,23 @@ func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 	defer queue.ShutDown()
 	p.queue.Store(&queue)
 	defer p.queue.Store(nil)
-	inf, err := p.local.GetCache().GetInformer(ctx, &corev1.Secret{})
+	src, err := p.startSecretSource(ctx, queue)
 	if err != nil {
-		return fmt.Errorf("remotes: watching remote secrets: %w", err)
-	}
-	enqueue := func(obj any) {
-		if o := metaOf(obj); o != nil {
-			queue.Add(types.NamespacedName{Namespace: o.GetNamespace(), Name: o.GetName()})
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-	}
-	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue,
-	})
-	if err != nil {
 		return err
 	}
-	defer func() { _ = inf.RemoveEventHandler(reg) }()
-	if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-		return ctx.Err()
+	p.sourceMu.Lock()
+	p.source = src
+	p.sourceMu.Unlock()
+	defer func() {
+		p.sourceMu.Lock()
+		p.source.stop()
+		p.sourceMu.Unlock()
+	}()
+	if p.opts.ProbeInterval > 0 {
+		go p.probeConfig(ctx, queue)
 	}
 	// Every secret present at start is queued now; process them before
 	// declaring the provider synced.
@@ -277,6 +288,11 @@ func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 			queue.Done(key)
 			continue
 		}
+		if key == reconnectConfigKey {
+			p.reconnectConfig(ctx, queue)
+			queue.Done(key)
+			continue
+		}
 		if key.Namespace == reconnectNamespace {
 			p.reconnect(ctx, model.ClusterID(key.Name), aware)
 			queue.Done(key)
@@ -299,7 +315,7 @@ func (p *Provider) reconcile(ctx context.Context, key types.NamespacedName, awar
 	name := key.String()
 	log := p.opts.Log.WithValues("secret", name)
 	var secret corev1.Secret
-	err := p.local.GetCache().Get(ctx, key, &secret)
+	err := p.secrets().Get(ctx, key, &secret)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}

@@ -98,7 +98,10 @@ type Status struct {
 
 	errors     *prometheus.CounterVec
 	reconnects *prometheus.CounterVec
-	statesDesc *prometheus.Desc
+	// configReconnects counts the remote-secret cache rebuilt after the
+	// config cluster's return.
+	configReconnects prometheus.Counter
+	statesDesc       *prometheus.Desc
 }
 
 // NewStatus returns an empty Status whose metrics are registered on reg.
@@ -118,7 +121,11 @@ func NewStatus(clk clock.PassiveClock, reg prometheus.Registerer) *Status {
 		statesDesc: prometheus.NewDesc("meshfed_remote_clusters",
 			"Remote clusters known to this hub replica, by sync state.", []string{"state"}, nil),
 	}
-	reg.MustRegister(s.errors, s.reconnects, s)
+	s.configReconnects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "meshfed_config_cluster_reconnects_total",
+		Help: "Times the config cluster's apiserver answered a probe again after failing one, and the remote secrets were listed anew.",
+	})
+	reg.MustRegister(s.errors, s.reconnects, s.configReconnects, s)
 	return s
 }
 
@@ -216,6 +223,10 @@ func (s *Status) CountError(name, reason string) {
 func (s *Status) CountReconnect(id model.ClusterID) {
 	s.reconnects.WithLabelValues(string(id)).Inc()
 }
+
+// CountConfigReconnect counts a rebuild of the remote-secret cache after
+// the config cluster's return.
+func (s *Status) CountConfigReconnect() { s.configReconnects.Inc() }
 
 // Delete forgets cluster id.
 func (s *Status) Delete(id model.ClusterID) {
