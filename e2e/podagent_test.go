@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,15 +30,19 @@ import (
 // temporary directory) for a client Pod in cluster-1, with a real
 // TokenRequest token and the trust bundle as the ConfigMap would hold it.
 // Once the agent reports ready, a proxyless grpc-go client using the
-// bootstrap it wrote calls xDS servers in cluster-2 over mTLS, and the
-// servers see the Pod's SPIFFE identity.
+// bootstrap it wrote reaches the hub on its authenticated port (15012)
+// over mutual TLS with the workload's certificate (the hub's status shows
+// that identity), calls xDS servers in cluster-2 over mTLS, and the
+// servers see the Pod's SPIFFE identity. The same bootstrap with another
+// namespace's certificate is refused, with the cause.
 func TestGRPCAgentPod(t *testing.T) {
 	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(2)})
 	ctx := t.Context()
 	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
 		t.Fatal(err)
 	}
-	hub := framework.StartTestHub(t, f, framework.HubOptions{Args: []string{"--xds-mtls"}})
+	// The CA's certificate names the address the bootstrap dials.
+	hub := framework.StartTestHub(t, f, framework.HubOptions{Args: []string{"--xds-mtls", "--xds-san=127.0.0.1"}})
 	rootsPEM, roots := waitTrustBundle(t, hub)
 
 	c1, c2 := f.Remote("cluster-1"), f.Remote("cluster-2")
@@ -219,6 +224,61 @@ func TestGRPCAgentPod(t *testing.T) {
 		}
 	}
 	t.Logf("calls through the agent's bootstrap, over mTLS: %v", counts)
+
+	// The hub holds the stream's identity: the certificate's.
+	if !strings.Contains(string(bootstrap), hub.CAAddr()) || !strings.Contains(string(bootstrap), `"type": "tls"`) {
+		t.Errorf("the agent's bootstrap does not dial the hub's authenticated port %s over TLS:\n%s", hub.CAAddr(), bootstrap)
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		_, doc, err := proxyIDs(t, hub)
+		if err != nil {
+			return err
+		}
+		for _, p := range doc.Proxies {
+			if p.Proxy == client.NodeID() {
+				if p.Identity != clientID {
+					return fmt.Errorf("proxy-status shows identity %q, want %q", p.Identity, clientID)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("proxy-status lists no %s", client.NodeID())
+	})
+
+	// Another namespace's certificate in the same bootstrap: refused.
+	otherDir := t.TempDir()
+	if err := c1.Client().Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: "default"}}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := c1.StartCertAgent(ctx, "default", "intruder", otherDir, framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots, ServerName: "istiod.istio-system.svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Stop)
+	forged := bytes.ReplaceAll(bootstrap, []byte(local("/var/lib/istio/data")), []byte(otherDir))
+	intruder := framework.NewTestXDSClient(t, framework.ClientOptions{Bootstrap: forged})
+	iconn, err := intruder.Dial(w.Target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = iconn.Close() })
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, callErr := iconn.Call(cctx)
+	cancel()
+	if callErr == nil {
+		t.Fatal("a client with another namespace's certificate was served")
+	}
+	if !strings.Contains(callErr.Error(), "namespace mismatch") {
+		t.Errorf("the refusal does not say its cause: %v", callErr)
+	}
+	t.Logf("another namespace's certificate: %v", callErr)
+	m, err := hub.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if metricValue(m, `meshfed_xds_auth_failures_total{reason="namespace_mismatch"}`) == 0 {
+		t.Errorf("the refusal is not counted as namespace_mismatch:\n%s", grepLines(m, "meshfed_xds_auth_failures_total"))
+	}
 
 	// The agent's stop (the Pod's end) is clean.
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {

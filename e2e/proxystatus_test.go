@@ -18,11 +18,12 @@ import (
 // proxyJSON is the documented shape of `meshfedctl proxy-status -o json`.
 type proxyJSON struct {
 	Proxies []struct {
-		Proxy   string `json:"proxy"`
-		Name    string `json:"name"`
-		Cluster string `json:"cluster"`
-		Replica string `json:"replica"`
-		Types   map[string]struct {
+		Proxy    string `json:"proxy"`
+		Name     string `json:"name"`
+		Cluster  string `json:"cluster"`
+		Replica  string `json:"replica"`
+		Identity string `json:"identity"`
+		Types    map[string]struct {
 			Status string `json:"status"`
 			Nack   string `json:"nack"`
 		} `json:"types"`

@@ -98,7 +98,7 @@ func decodeBatch(data []byte) (batch, error) {
 
 func recordToProto(r proxystatus.Record) *fleetpb.Record {
 	p := &fleetpb.Record{Proxy: r.Proxy, Name: r.Name, Cluster: r.Cluster, Replica: r.Replica, Version: r.Version,
-		Namespace: r.Namespace, Locality: r.Locality, HubVersion: r.HubVersion, Network: r.Network,
+		Namespace: r.Namespace, Locality: r.Locality, HubVersion: r.HubVersion, Network: r.Network, Identity: r.Identity,
 		ConnectedUnixNano: federation.UnixNano(r.Connected), LastChangeUnixNano: federation.UnixNano(r.LastChange)}
 	for _, short := range slices.Sorted(maps.Keys(r.Types)) {
 		ts := r.Types[short]
@@ -114,7 +114,7 @@ func recordToProto(r proxystatus.Record) *fleetpb.Record {
 
 func recordFromProto(p *fleetpb.Record) (proxystatus.Record, error) {
 	r := proxystatus.Record{Proxy: p.GetProxy(), Name: p.GetName(), Cluster: p.GetCluster(), Replica: p.GetReplica(),
-		Version: p.GetVersion(), Namespace: p.GetNamespace(), Locality: p.GetLocality(), HubVersion: p.GetHubVersion(), Network: p.GetNetwork(), Connected: federation.FromUnixNano(p.GetConnectedUnixNano()), LastChange: federation.FromUnixNano(p.GetLastChangeUnixNano())}
+		Version: p.GetVersion(), Namespace: p.GetNamespace(), Locality: p.GetLocality(), HubVersion: p.GetHubVersion(), Network: p.GetNetwork(), Identity: p.GetIdentity(), Connected: federation.FromUnixNano(p.GetConnectedUnixNano()), LastChange: federation.FromUnixNano(p.GetLastChangeUnixNano())}
 	if len(p.GetTypes()) > 0 {
 		r.Types = make(map[string]proxystatus.TypeStatus, len(p.GetTypes()))
 	}

@@ -86,6 +86,16 @@ func (c Caller) String() string {
 	return s + ")"
 }
 
+// Identity is the caller's principals, comma-separated: what proxy status
+// shows (proxystatus.Record.Identity).
+func (c Caller) Identity() string {
+	ps := make([]string, len(c.Principals))
+	for i, p := range c.Principals {
+		ps[i] = p.String()
+	}
+	return strings.Join(ps, ",")
+}
+
 // checkNode decides whether caller may speak for node, as istiod does
 // (pilot/pkg/xds/auth.go, checkConnectionIdentity), a little stricter:
 //   - the node's namespace, its NAMESPACE metadata or else the namespace of

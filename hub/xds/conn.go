@@ -104,6 +104,9 @@ func (c *conn) admit(node *corev3.Node) error {
 	if err := c.s.authn.request(c.ctx, &c.auth, node); err != nil {
 		return err
 	}
+	if c.auth.caller != nil {
+		c.status.SetIdentity(c.auth.caller.Identity())
+	}
 	if at := c.s.cache.attach(c.attached, node, md); !at.same(c.attached) {
 		c.attached, c.eds = at, nil
 	}

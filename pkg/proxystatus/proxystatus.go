@@ -163,6 +163,11 @@ type Record struct {
 	// Network is the node's NETWORK metadata; empty when it said none
 	// (it is then on its cluster's network).
 	Network string `json:"network,omitempty"`
+	// Identity is who the proxy's stream proved to be on the hub's
+	// authenticated port: its certificate's SPIFFE ID, or the
+	// <namespace>/<service account> of its token; empty on the plaintext
+	// port.
+	Identity string `json:"identity,omitempty"`
 }
 
 // Status returns the status of the given short type; NOT SENT if the proxy

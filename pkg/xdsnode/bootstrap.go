@@ -40,9 +40,16 @@ var ErrInvalidBootstrap = errors.New("xdsnode: invalid bootstrap")
 
 // Bootstrap describes grpc-go's xDS bootstrap for one workload.
 type Bootstrap struct {
-	// ServerURI is the host:port of the hub's xDS server, dialed in
-	// plaintext. Required.
+	// ServerURI is the host:port of the hub's xDS server. Required.
 	ServerURI string
+	// ServerTLS dials ServerURI over mutual TLS (grpc-go's "tls" channel
+	// credentials): the hub is verified against the roots in CertDir for
+	// the host of ServerURI, and the workload's certificate there is
+	// presented, both re-read every CertRefreshInterval; the hub's
+	// authenticated port (15012) holds the certificate's identity against
+	// the node. Needs CertDir. Without it the channel is plaintext (the
+	// hub's unauthenticated port).
+	ServerTLS bool
 	// NodeID is the node's ID, e.g. SidecarID(...). Required.
 	NodeID string
 	// Metadata is the node's metadata.
@@ -74,7 +81,16 @@ type xdsServer struct {
 }
 
 type channelCreds struct {
-	Type string `json:"type"`
+	Type   string          `json:"type"`
+	Config *tlsCredsConfig `json:"config,omitempty"`
+}
+
+// tlsCredsConfig is grpc-go's "tls" channel credentials' config.
+type tlsCredsConfig struct {
+	CACertificateFile string          `json:"ca_certificate_file"`
+	CertificateFile   string          `json:"certificate_file"`
+	PrivateKeyFile    string          `json:"private_key_file"`
+	RefreshInterval   json.RawMessage `json:"refresh_interval"`
 }
 
 type node struct {
@@ -111,6 +127,9 @@ func (b Bootstrap) JSON() ([]byte, error) {
 	if b.ServerURI == "" || b.NodeID == "" {
 		return nil, fmt.Errorf("%w: ServerURI and NodeID are required", ErrInvalidBootstrap)
 	}
+	if b.ServerTLS && b.CertDir == "" {
+		return nil, fmt.Errorf("%w: ServerTLS needs CertDir (the certificate files)", ErrInvalidBootstrap)
+	}
 	out := bootstrapJSON{
 		XDSServers: []xdsServer{{
 			ServerURI:      b.ServerURI,
@@ -135,15 +154,16 @@ func (b Bootstrap) JSON() ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("xdsnode: CertRefreshInterval: %w", err)
 		}
+		chain, key, roots := filepath.Join(b.CertDir, agent.CertChainFile), filepath.Join(b.CertDir, agent.KeyFile), filepath.Join(b.CertDir, agent.RootCertFile)
 		out.CertificateProviders = map[string]certProvider{CertProviderInstance: {
 			PluginName: "file_watcher",
-			Config: fileWatcherConfig{
-				CertificateFile:   filepath.Join(b.CertDir, agent.CertChainFile),
-				PrivateKeyFile:    filepath.Join(b.CertDir, agent.KeyFile),
-				CACertificateFile: filepath.Join(b.CertDir, agent.RootCertFile),
-				RefreshInterval:   refresh,
-			},
+			Config:     fileWatcherConfig{CertificateFile: chain, PrivateKeyFile: key, CACertificateFile: roots, RefreshInterval: refresh},
 		}}
+		if b.ServerTLS {
+			out.XDSServers[0].ChannelCreds = []channelCreds{{Type: "tls", Config: &tlsCredsConfig{
+				CACertificateFile: roots, CertificateFile: chain, PrivateKeyFile: key, RefreshInterval: refresh,
+			}}}
+		}
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

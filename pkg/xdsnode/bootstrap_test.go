@@ -19,7 +19,8 @@ func TestBootstrapGolden(t *testing.T) {
 			Metadata:  Metadata{ClusterID: "c1", Namespace: "default"},
 		},
 		"secure": {
-			ServerURI: "meshfed-hub.meshfed-system.svc:15010",
+			ServerURI: "meshfed-hub.meshfed-system.svc:15012",
+			ServerTLS: true,
 			NodeID:    SidecarID("10.11.0.200", "client-7d9f-abcde", "demo", "cluster.local"),
 			Metadata: Metadata{
 				ClusterID: "cluster-1", Namespace: "demo", Network: "network-1", Generator: GeneratorGRPC,
@@ -84,9 +85,10 @@ func TestBootstrapDefaults(t *testing.T) {
 
 func TestBootstrapInvalid(t *testing.T) {
 	for name, b := range map[string]Bootstrap{
-		"no server":        {NodeID: "n"},
-		"no node ID":       {ServerURI: "h:1"},
-		"negative refresh": {ServerURI: "h:1", NodeID: "n", CertDir: "/d", CertRefreshInterval: -time.Second},
+		"no server":         {NodeID: "n"},
+		"no node ID":        {ServerURI: "h:1"},
+		"negative refresh":  {ServerURI: "h:1", NodeID: "n", CertDir: "/d", CertRefreshInterval: -time.Second},
+		"TLS without certs": {ServerURI: "h:1", NodeID: "n", ServerTLS: true},
 	} {
 		if _, err := b.JSON(); !errors.Is(err, ErrInvalidBootstrap) {
 			t.Errorf("%s: %v, want ErrInvalidBootstrap", name, err)

@@ -235,7 +235,10 @@ func TestInjectGRPCAgent(t *testing.T) {
 	if v, _ := env(agent, "ISTIO_META_CLUSTER_ID"); v != "cluster-1" {
 		t.Errorf("agent CLUSTER_ID %q", v)
 	}
-	if !slices.Contains(agent.Args, "--discovery-address=hub.meshfed.example:15010") {
+	// The agent's bootstrap dials the hub's authenticated port (its CA
+	// address, the default) over mutual TLS, never the plaintext one.
+	if !slices.Contains(agent.Args, "--ca-address=hub.meshfed.example:15012") ||
+		slices.ContainsFunc(agent.Args, func(a string) bool { return strings.HasPrefix(a, "--discovery-address") || a == "--xds-plaintext" }) {
 		t.Errorf("agent args %v", agent.Args)
 	}
 	st := status(t, pod)

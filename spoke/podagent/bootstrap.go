@@ -18,7 +18,8 @@ const LocalityLabel = "istio-locality"
 
 // Bootstrap returns grpc-go's xDS bootstrap (indented JSON, see
 // xdsnode.Bootstrap) for the Pod that opts describe, with its labels: the
-// xDS server DiscoveryAddress (plaintext), the node (its Istio node ID,
+// xDS server DiscoveryAddress over mutual TLS with the workload's
+// certificate (plaintext with XDSPlaintext), the node (its Istio node ID,
 // metadata, and locality from the istio-locality label), a file_watcher
 // certificate provider reading the agent's files in CertDir, and Istio's
 // inbound listener name template. Only the fields it uses are checked (not
@@ -30,6 +31,7 @@ func Bootstrap(opts Options, labels map[string]string) ([]byte, error) {
 	}
 	b, err := xdsnode.Bootstrap{
 		ServerURI: opts.DiscoveryAddress,
+		ServerTLS: !opts.XDSPlaintext,
 		NodeID:    xdsnode.SidecarID(opts.InstanceIP, opts.PodName, opts.PodNamespace, opts.DomainSuffix),
 		Metadata: xdsnode.Metadata{
 			ClusterID:      model.ClusterID(opts.ClusterID),

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/xds"
 
+	"github.com/meshfed/meshfed/pkg/agent"
+	"github.com/meshfed/meshfed/pkg/pki"
 	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/spoke/podagent"
 )
@@ -23,7 +25,6 @@ import (
 // podOptions describes the Pod of the golden bootstrap.
 func podOptions() podagent.Options {
 	o := podagent.DefaultOptions()
-	o.DiscoveryAddress = "meshfed-hub.meshfed-system.svc:15010"
 	o.CAAddress = "meshfed-hub.meshfed-system.svc:15012"
 	o.CertDir = "/var/lib/istio/data"
 	o.BootstrapPath = "/etc/istio/proxy/grpc-bootstrap.json"
@@ -84,6 +85,20 @@ func TestBootstrapShape(t *testing.T) {
 	cfg := full["certificate_providers"].(map[string]any)["default"].(map[string]any)["config"].(map[string]any)
 	if cfg["refresh_interval"] != "90s" || cfg["certificate_file"] != "/var/lib/istio/data/cert-chain.pem" {
 		t.Errorf("file_watcher config %v", cfg)
+	}
+	// xDS over mutual TLS to the CA's address (the hub's 15012) by
+	// default, with the same files; plaintext only when asked.
+	server := full["xds_servers"].([]any)[0].(map[string]any)
+	creds := server["channel_creds"].([]any)[0].(map[string]any)
+	if server["server_uri"] != "meshfed-hub.meshfed-system.svc:15012" || creds["type"] != "tls" ||
+		creds["config"].(map[string]any)["private_key_file"] != "/var/lib/istio/data/key.pem" {
+		t.Errorf("xDS server %v", server)
+	}
+	plain := opts
+	plain.DiscoveryAddress, plain.XDSPlaintext = "meshfed-hub.meshfed-system.svc:15010", true
+	server = decode(t, mustBootstrap(t, plain, nil))["xds_servers"].([]any)[0].(map[string]any)
+	if creds := server["channel_creds"].([]any)[0].(map[string]any); server["server_uri"] != plain.DiscoveryAddress || creds["type"] != "insecure" {
+		t.Errorf("plaintext xDS server %v", server)
 	}
 
 	// No network, no labels: NETWORK, LABELS and the locality are left out.
@@ -174,9 +189,33 @@ func decode(t *testing.T, b []byte) map[string]any {
 
 func accepted(t *testing.T, bootstrap []byte) {
 	t.Helper()
-	if err := buildResolver(t, bootstrap); err != nil {
+	if err := buildResolver(t, withCertFiles(t, bootstrap)); err != nil {
 		t.Errorf("grpc-go refused the bootstrap: %v\n%s", err, bootstrap)
 	}
+}
+
+// withCertFiles moves the bootstrap's certificate files (of the golden
+// Pod's CertDir) into a directory of real ones: grpc-go's TLS channel
+// credentials wait for their files before the xDS client can close.
+func withCertFiles(t *testing.T, bootstrap []byte) []byte {
+	t.Helper()
+	now := time.Now()
+	ca, err := pki.NewCA("test roots", time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Issue(pki.IssueOptions{URIs: []*url.URL{{Scheme: "spiffe", Host: "cluster.local", Path: "/ns/demo/sa/client"}},
+		Validity: time.Hour, Client: true, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, data := range map[string][]byte{agent.CertChainFile: cert, agent.KeyFile: key, agent.RootCertFile: ca.CertPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bytes.ReplaceAll(bootstrap, []byte(podOptions().CertDir), []byte(dir))
 }
 
 // buildResolver builds (and closes) an xds:/// resolver from bootstrap.

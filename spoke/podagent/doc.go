@@ -37,8 +37,10 @@
 // NAMESPACE, NETWORK, LABELS, GENERATOR "grpc", INSTANCE_IPS and
 // SERVICE_ACCOUNT, and, when the Pod has the istio-locality label
 // ("region.zone.subzone"), a locality: the hub groups proxies by cluster and
-// region. The xDS server is DiscoveryAddress over plaintext (as in the rest
-// of meshfed's tests and demo), and server_listener_resource_name_template
+// region. The xDS server is DiscoveryAddress (default the CA address, the
+// hub's 15012) over mutual TLS with the workload's certificate files,
+// which grpc-go re-reads as the agent renews them (plaintext only with
+// XDSPlaintext), and server_listener_resource_name_template
 // is Istio's, so that xDS-enabled gRPC servers ask for their inbound
 // listener under the name the hub serves. pkg/xdsnode declares all of it
 // (node ID, metadata keys, the bootstrap's JSON) once for the hub, this

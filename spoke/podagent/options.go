@@ -38,8 +38,13 @@ const (
 // value of a field with a default (below) means the default.
 type Options struct {
 	// DiscoveryAddress is the hub's xDS address, host:port, written into
-	// the bootstrap. Required.
+	// the bootstrap; default CAAddress, the hub's authenticated port, which
+	// serves xDS beside the certificates.
 	DiscoveryAddress string
+	// XDSPlaintext makes the bootstrap dial DiscoveryAddress in plaintext
+	// (the hub's unauthenticated port, which hub charts leave off) instead
+	// of mutual TLS with the workload's certificate.
+	XDSPlaintext bool
 	// CAAddress is the hub's CA address, host:port (TLS). Required.
 	CAAddress string
 	// CARootsFile holds the PEM roots that verify the CA's certificate.
@@ -125,6 +130,9 @@ func (o Options) withDefaults() Options {
 		if host, _, err := net.SplitHostPort(o.CAAddress); err == nil {
 			o.CAServerName = host
 		}
+	}
+	if o.DiscoveryAddress == "" {
+		o.DiscoveryAddress = o.CAAddress
 	}
 	if o.Log.GetSink() == nil {
 		o.Log = d.Log

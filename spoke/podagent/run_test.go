@@ -143,7 +143,6 @@ func TestRunInvalidOptions(t *testing.T) {
 		field  string
 		change func(*podagent.Options)
 	}{
-		{"DiscoveryAddress", func(o *podagent.Options) { o.DiscoveryAddress = "" }},
 		{"DiscoveryAddress", func(o *podagent.Options) { o.DiscoveryAddress = "no-port" }},
 		{"CAAddress", func(o *podagent.Options) { o.CAAddress = "" }},
 		{"CARootsFile", func(o *podagent.Options) { o.CARootsFile = "" }},

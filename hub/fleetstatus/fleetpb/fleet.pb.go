@@ -111,6 +111,7 @@ type Record struct {
 	Locality           string                 `protobuf:"bytes,10,opt,name=locality,proto3" json:"locality,omitempty"`
 	HubVersion         string                 `protobuf:"bytes,11,opt,name=hub_version,json=hubVersion,proto3" json:"hub_version,omitempty"`
 	Network            string                 `protobuf:"bytes,12,opt,name=network,proto3" json:"network,omitempty"`
+	Identity           string                 `protobuf:"bytes,13,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -225,6 +226,13 @@ func (x *Record) GetHubVersion() string {
 func (x *Record) GetNetwork() string {
 	if x != nil {
 		return x.Network
+	}
+	return ""
+}
+
+func (x *Record) GetIdentity() string {
+	if x != nil {
+		return x.Identity
 	}
 	return ""
 }
@@ -675,7 +683,7 @@ const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	"\achanged\x18\x02 \x03(\v2\x1e.meshfed.fleetstatus.v1.RecordR\achanged\x12\x18\n" +
 	"\aremoved\x18\x03 \x03(\tR\aremoved\x126\n" +
 	"\x06spokes\x18\x04 \x01(\v2\x1e.meshfed.fleetstatus.v1.SpokesR\x06spokes\x126\n" +
-	"\x06ledger\x18\x05 \x01(\v2\x1e.meshfed.fleetstatus.v1.LedgerR\x06ledger\"\x92\x03\n" +
+	"\x06ledger\x18\x05 \x01(\v2\x1e.meshfed.fleetstatus.v1.LedgerR\x06ledger\"\xae\x03\n" +
 	"\x06Record\x12\x14\n" +
 	"\x05proxy\x18\x01 \x01(\tR\x05proxy\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -690,7 +698,8 @@ const file_hub_fleetstatus_fleetpb_fleet_proto_rawDesc = "" +
 	" \x01(\tR\blocality\x12\x1f\n" +
 	"\vhub_version\x18\v \x01(\tR\n" +
 	"hubVersion\x12\x18\n" +
-	"\anetwork\x18\f \x01(\tR\anetwork\"\x8e\x03\n" +
+	"\anetwork\x18\f \x01(\tR\anetwork\x12\x1a\n" +
+	"\bidentity\x18\r \x01(\tR\bidentity\"\x8e\x03\n" +
 	"\n" +
 	"TypeStatus\x12\x14\n" +
 	"\x05short\x18\x01 \x01(\tR\x05short\x12\x19\n" +

@@ -60,6 +60,7 @@ type Stream struct {
 	mu                           sync.Mutex // guards what follows
 	node, name, cluster, version string
 	namespace, locality, network string
+	identity                     string
 	lastChange                   time.Time
 	types                        map[string]*typeState // by type URL
 	closed                       bool
@@ -168,6 +169,24 @@ func (t *Tracker) TouchAll() {
 func (t *Tracker) Open(delta bool, id int64) *Stream {
 	now := t.clk.Now()
 	return &Stream{t: t, key: streamKey{delta, id}, connected: now, lastChange: now, types: map[string]*typeState{}}
+}
+
+// SetIdentity records who the stream's caller proved to be
+// (proxystatus.Record.Identity).
+func (s *Stream) SetIdentity(id string) {
+	s.mu.Lock()
+	if s.identity == id || s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.identity = id
+	node := s.node
+	s.mu.Unlock()
+	if node != "" {
+		s.t.mu.Lock()
+		s.t.markLocked(node)
+		s.t.mu.Unlock()
+	}
 }
 
 // Close forgets the stream; closing it again does nothing.
@@ -420,7 +439,7 @@ func (t *Tracker) recordLocked(s *Stream) proxystatus.Record {
 	r := proxystatus.Record{
 		Proxy: s.node, Name: s.name, Cluster: s.cluster, Replica: t.replica, HubVersion: t.hubVersion,
 		Connected: s.connected, LastChange: s.lastChange, Version: s.version,
-		Namespace: s.namespace, Locality: s.locality, Network: s.network,
+		Namespace: s.namespace, Locality: s.locality, Network: s.network, Identity: s.identity,
 		Types: make(map[string]proxystatus.TypeStatus, len(s.types)),
 	}
 	for url, ts := range s.types {

@@ -416,3 +416,21 @@ func TestTrackerSkipsDebugClients(t *testing.T) {
 		t.Fatalf("a proxy type on the same stream: %+v", r)
 	}
 }
+
+// TestTrackerIdentity: the identity a stream proved shows in its record,
+// and a change of it is a change of the record.
+func TestTrackerIdentity(t *testing.T) {
+	tr := NewTracker("hub-0", nil, nil)
+	st := tr.Open(true, 1)
+	st.SetIdentity("spiffe://cluster.local/ns/demo/sa/client") // before the node is known
+	st.OnDeltaRequest(&discoveryv3.DeltaDiscoveryRequest{Node: testNode("sidecar~10.0.0.1~client.demo~demo.svc.cluster.local", "c1"), TypeUrl: resourcev3.ClusterType})
+	recs := tr.Records()
+	if len(recs) != 1 || recs[0].Identity != "spiffe://cluster.local/ns/demo/sa/client" {
+		t.Fatalf("records %+v", recs)
+	}
+	tr.TakeChanges()
+	st.SetIdentity("demo/client")
+	if changed, _ := tr.TakeChanges(); len(changed) != 1 || changed[0].Identity != "demo/client" {
+		t.Errorf("changes after a new identity: %+v", changed)
+	}
+}

@@ -24,6 +24,9 @@ const (
 	MetadataConnected  = "MESHFED_CONNECTED"
 	MetadataLastChange = "MESHFED_LAST_CHANGE"
 	MetadataXDS        = "MESHFED_XDS"
+	// MetadataIdentity is the identity the proxy's stream proved
+	// (proxystatus.Record.Identity).
+	MetadataIdentity = "MESHFED_IDENTITY"
 )
 
 // Keys of a type's entry in MESHFED_XDS.
@@ -85,6 +88,7 @@ func ClientConfig(r proxystatus.Record) *statusv3.ClientConfig {
 	setString(md, MetadataClusterID, r.Cluster)
 	setString(md, MetadataReplica, r.Replica)
 	setString(md, MetadataHubVersion, r.HubVersion)
+	setString(md, MetadataIdentity, r.Identity)
 	setTime(md, MetadataConnected, r.Connected)
 	setTime(md, MetadataLastChange, r.LastChange)
 
@@ -166,6 +170,7 @@ func Record(cc *statusv3.ClientConfig) (proxystatus.Record, error) {
 		Cluster:    md[MetadataClusterID].GetStringValue(),
 		Replica:    md[MetadataReplica].GetStringValue(),
 		HubVersion: md[MetadataHubVersion].GetStringValue(),
+		Identity:   md[MetadataIdentity].GetStringValue(),
 		Version:    node.GetUserAgentVersion(),
 	}
 	var err error

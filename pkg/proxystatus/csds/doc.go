@@ -11,6 +11,8 @@
 //     itself sets it) and meshfed's own keys:
 //     MESHFED_REPLICA, the hub replica serving the proxy (HUB in tables);
 //     MESHFED_HUB_VERSION, that replica's build version;
+//     MESHFED_IDENTITY, the identity the proxy's stream proved on the
+//     authenticated port (a SPIFFE ID, or <namespace>/<service account>);
 //     MESHFED_CONNECTED and MESHFED_LAST_CHANGE, RFC 3339 times;
 //     MESHFED_XDS, a struct keyed by short type ("cds", "eds", …) whose
 //     values hold what CSDS has no field for: "sent" and "sentNonce" (the

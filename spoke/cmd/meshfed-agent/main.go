@@ -40,7 +40,8 @@ func main() {
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&opts.BootstrapPath, "grpc-bootstrap", os.Getenv("GRPC_XDS_BOOTSTRAP"), "where to write the gRPC xDS bootstrap (default $GRPC_XDS_BOOTSTRAP)")
-	fs.StringVar(&opts.DiscoveryAddress, "discovery-address", "", "the hub's xDS address, host:port")
+	fs.StringVar(&opts.DiscoveryAddress, "discovery-address", "", "the hub's xDS address, host:port (default --ca-address: the hub's authenticated port)")
+	fs.BoolVar(&opts.XDSPlaintext, "xds-plaintext", false, "dial the hub's xDS in plaintext (its unauthenticated port) instead of mutual TLS with the workload's certificate")
 	fs.StringVar(&opts.CAAddress, "ca-address", "", "the hub's CA address, host:port (TLS)")
 	fs.StringVar(&opts.CertDir, "cert-dir", "", "directory of cert-chain.pem, key.pem and root-cert.pem")
 	fs.StringVar(&opts.TokenFile, "token-file", opts.TokenFile, "projected service account token (audience istio-ca) sent to the CA")
