@@ -605,7 +605,7 @@ func TestHubChart(t *testing.T) {
 	}
 	args := dep.Spec.Template.Spec.Containers[0].Args
 	for _, a := range []string{
-		"--namespace=meshfed", "--replica-id=$(POD_NAME)", "--xds-addr=:15010", "--monitoring-addr=:15014",
+		"--namespace=meshfed", "--replica-id=$(POD_NAME)", "--xds-addr=", "--monitoring-addr=:15014",
 		"--gossip-addr=:7946", "--gossip-advertise-addr=$(POD_IP):7946",
 		"--join=meshfed-hub-gossip.meshfed.svc.cluster.local:7946",
 		"--peer-addr=:15011", "--peer-advertise-addr=$(POD_IP):15011", "--watch-replicas=1",
@@ -627,7 +627,8 @@ func TestHubChart(t *testing.T) {
 	for _, p := range svc.Spec.Ports {
 		ports[p.Name] = p.Port
 	}
-	if ports["grpc-xds"] != 15010 || ports["grpc-peer"] != 15011 || ports["grpc-ca"] != 15012 || ports["http-monitoring"] != 15014 {
+	// The plaintext xDS port is off by default: neither served nor exposed.
+	if _, ok := ports["grpc-xds"]; ok || ports["grpc-peer"] != 15011 || ports["grpc-ca"] != 15012 || ports["http-monitoring"] != 15014 {
 		t.Errorf("service ports %v", ports)
 	}
 	var gossip corev1.Service
@@ -641,9 +642,10 @@ func TestHubChart(t *testing.T) {
 		t.Errorf("pdb %+v", pdb.Spec)
 	}
 
-	// Overrides: a gossip key, peer certificates, more replicas, no CA.
+	// Overrides: a gossip key, peer certificates, more replicas, no CA,
+	// the plaintext port on.
 	r = mustRender(t, hubChartDir, ns, map[string]any{
-		"replicaCount": 5, "watchReplicas": 2, "remoteSecretNamespace": "istio-system",
+		"replicaCount": 5, "watchReplicas": 2, "remoteSecretNamespace": "istio-system", "plaintextXDS": true,
 		"gossip": map[string]any{"keySecret": map[string]any{"name": "hub-gossip", "key": "k"}},
 		"peer":   map[string]any{"tlsSecret": "hub-peer"},
 		"ca":     map[string]any{"enabled": false},
@@ -651,7 +653,7 @@ func TestHubChart(t *testing.T) {
 	r.get(t, "Deployment", ns, "meshfed-hub", &dep)
 	args = dep.Spec.Template.Spec.Containers[0].Args
 	for _, a := range []string{"--namespace=istio-system", "--watch-replicas=2", "--gossip-key-file=/etc/meshfed/gossip/k",
-		"--peer-tls-cert=/etc/meshfed/peer/tls.crt", "--peer-tls-ca=/etc/meshfed/peer/ca.crt", "--ca-addr="} {
+		"--peer-tls-cert=/etc/meshfed/peer/tls.crt", "--peer-tls-ca=/etc/meshfed/peer/ca.crt", "--ca-addr=", "--xds-addr=:15010"} {
 		if !slices.Contains(args, a) {
 			t.Errorf("hub args lack %s: %v", a, args)
 		}
@@ -666,6 +668,10 @@ func TestHubChart(t *testing.T) {
 	}
 	// The Role follows the secrets to their namespace.
 	r.get(t, "Role", "istio-system", "meshfed-hub", &role)
+	r.get(t, "Service", ns, "meshfed-hub", &svc)
+	if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "grpc-xds" && p.Port == 15010 }) {
+		t.Errorf("plaintextXDS: service ports %+v", svc.Spec.Ports)
+	}
 }
 
 // TestSpokeChartEastWest: the eastwest value deploys the network's

@@ -52,8 +52,9 @@ type Options struct {
 	Kubeconfig string
 	// Namespace of the remote secrets in the config cluster.
 	Namespace string
-	// XDSAddr is the plaintext ADS listen address; empty turns the
-	// plaintext port off. Its streams are not authenticated.
+	// XDSAddr is the plaintext ADS listen address; empty (the default)
+	// turns the plaintext port off. Its streams are not authenticated:
+	// whoever reaches it reads every proxy's configuration.
 	XDSAddr string
 	// XDSSANs are more names of the CA port's serving certificate, which
 	// authenticated xDS shares: the host names (or IPs) proxies dial as
@@ -148,7 +149,6 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Namespace:      "istio-system",
-		XDSAddr:        ":15010",
 		MonitoringAddr: ":15014",
 		// 30s is long enough for a large remote cluster to list on a
 		// healthy network, short enough that one dead cluster does not keep

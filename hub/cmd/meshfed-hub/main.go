@@ -30,7 +30,7 @@ func main() {
 	fs := flag.NewFlagSet("meshfed-hub", flag.ExitOnError)
 	fs.StringVar(&opts.Kubeconfig, "kubeconfig", "", "kubeconfig of the config cluster; in-cluster config when empty")
 	fs.StringVar(&opts.Namespace, "namespace", opts.Namespace, "namespace of the remote secrets")
-	fs.StringVar(&opts.XDSAddr, "xds-addr", opts.XDSAddr, "plaintext, unauthenticated ADS and CSDS listen address (in-cluster and test use); empty turns it off")
+	fs.StringVar(&opts.XDSAddr, "xds-addr", opts.XDSAddr, "plaintext, unauthenticated ADS and CSDS listen address, e.g. :15010: whoever reaches it reads every proxy's configuration; off (empty) by default: proxies dial --ca-addr, authenticated")
 	fs.BoolVar(&opts.XDSMTLS, "xds-mtls", opts.XDSMTLS, "send mTLS in xDS (clusters, inbound listeners); proxies need certificate provider \"default\" in their bootstrap")
 	fs.IntVar(&opts.XDSLimits.MaxStreams, "xds-max-streams", xds.DefaultMaxStreams, "ADS streams open at once over both xDS ports; more are refused with RESOURCE_EXHAUSTED")
 	fs.Float64Var(&opts.XDSLimits.StreamRate, "xds-stream-rate", xds.DefaultStreamRate, "new ADS streams a second accepted over both xDS ports, on average")
