@@ -1,6 +1,6 @@
 // Command meshfedctl inspects a meshfed fleet through any hub replica.
 //
-//	meshfedctl proxy-status [--hub ADDR] [-o table|json] [PROXY]
+//	meshfedctl proxy-status [--hub ADDR] [--token T | --token-file F] [--ca-file PEM] [--server-name N] [-o table|json] [PROXY]
 //	meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
 //	meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
 //	meshfedctl config-status [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
@@ -8,7 +8,8 @@
 //	meshfedctl version [--monitoring ADDR] [-o table|json]
 //
 // proxy-status asks the hub's CSDS service (envoy.service.status.v3, on the
-// xDS port, plaintext) for the fleet-wide proxy status and prints it with
+// plaintext xDS port, or with a token over TLS on the authenticated port,
+// where the config cluster reviews the token) for the fleet-wide proxy status and prints it with
 // the columns of `istioctl proxy-status`: NAME CLUSTER CDS LDS EDS RDS ECDS
 // HUB VERSION, where HUB is the replica serving the proxy. With PROXY, a
 // name "<pod>.<ns>" or a node ID, it prints that proxy's per-type detail,

@@ -33,6 +33,9 @@ type Options struct {
 	Command string
 	// Hub is the address of a hub's xDS port, which serves CSDS.
 	Hub string
+	// HubAuth, when its token is set, makes the call to Hub over TLS
+	// with the token: the hub's authenticated port.
+	HubAuth hubAuth
 	// Monitoring is the address (or http:// URL) of a hub's monitoring port.
 	Monitoring string
 	// Output is outputTable or outputJSON.
@@ -100,7 +103,11 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 	var positional []string
 	switch opts.Command {
 	case cmdProxyStatus:
-		fs.StringVar(&opts.Hub, "hub", opts.Hub, "address of a hub's xDS port (CSDS, plaintext)")
+		fs.StringVar(&opts.Hub, "hub", opts.Hub, "address of a hub's xDS port: the plaintext one, or with --token or --token-file the authenticated one (15012)")
+		fs.StringVar(&opts.HubAuth.Token, "token", "", "Kubernetes token sent to the hub's authenticated port (as istioctl proxy-status --xds-address does): a service account's of the config cluster")
+		fs.StringVar(&opts.HubAuth.TokenFile, "token-file", "", "file holding the token for --token")
+		fs.StringVar(&opts.HubAuth.CAFile, "ca-file", "", "PEM roots that verify the hub's authenticated port (meshfedctl trust-bundle -o pem); default the system's")
+		fs.StringVar(&opts.HubAuth.ServerName, "server-name", "", "name checked in the hub's certificate (default the host of --hub)")
 	case cmdRemoteClusters, cmdTrustBundle, cmdIstioConfig, cmdConfigStatus:
 		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
 	case cmdExplain:

@@ -9,7 +9,6 @@ import (
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/proxystatus/csds"
@@ -101,9 +100,11 @@ func selectProxy(recs []proxystatus.Record, proxy string) []proxystatus.Record {
 }
 
 func fetchRecords(ctx context.Context, opts Options, ms []*matcherv3.NodeMatcher) ([]proxystatus.Record, error) {
-	conn, err := grpc.NewClient(opts.Hub,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseBytes)))
+	dial, err := opts.HubAuth.dialOptions()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(opts.Hub, append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseBytes)))...)
 	if err != nil {
 		return nil, fmt.Errorf("hub %s: %w", opts.Hub, err)
 	}

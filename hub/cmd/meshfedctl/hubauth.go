@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// hubAuth is how proxy-status authenticates to a hub's authenticated port
+// (15012): a Kubernetes token over TLS, as istioctl proxy-status
+// --xds-address does; the config cluster reviews the token.
+type hubAuth struct {
+	Token, TokenFile string
+	// CAFile verifies the hub's certificate; empty: the system's roots.
+	CAFile string
+	// ServerName is checked in the hub's certificate; empty: the host of
+	// the address dialed.
+	ServerName string
+}
+
+// dialOptions returns the transport of a call to the hub: plaintext
+// without a token, else TLS with the token on every call.
+func (a hubAuth) dialOptions() ([]grpc.DialOption, error) {
+	token := a.Token
+	if a.TokenFile != "" {
+		if token != "" {
+			return nil, errors.New("--token and --token-file: give one")
+		}
+		b, err := os.ReadFile(a.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		if a.CAFile != "" || a.ServerName != "" {
+			return nil, errors.New("--ca-file and --server-name need --token or --token-file (the authenticated port)")
+		}
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: a.ServerName}
+	if a.CAFile != "" {
+		pem, err := os.ReadFile(a.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", a.CAFile)
+		}
+	}
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithPerRPCCredentials(bearer(token)),
+	}, nil
+}
+
+// bearer sends a token as "authorization: Bearer <token>", over TLS only.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }
