@@ -13,6 +13,7 @@ import (
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -64,6 +65,10 @@ type authenticator struct {
 	log      logr.Logger
 	failures *prometheus.CounterVec
 	roots    rootPool
+	// refusalLog bounds the info-level logs of refusals (a client
+	// retrying a forged token must not flood the log); the rest go to
+	// debug level, all of them are counted in failures.
+	refusalLog *rate.Limiter
 }
 
 // streamAuth is what the authenticator keeps of one stream, in its conn.
@@ -86,7 +91,7 @@ type credential struct {
 
 func newAuthenticator(authn Authn, clk clock.PassiveClock, log logr.Logger, reg prometheus.Registerer) *authenticator {
 	a := &authenticator{
-		authn: authn, clk: clk, log: log,
+		authn: authn, clk: clk, log: log, refusalLog: rate.NewLimiter(refusalLogRate, refusalLogBurst),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshfed_xds_auth_failures_total",
 			Help: "xDS and CSDS calls refused on the authenticated port, by reason.",
@@ -254,7 +259,11 @@ func (a *authenticator) callerOf(ctx context.Context, cred credential, node *cor
 func (a *authenticator) refuse(err error, peerAddr, nodeID string) error {
 	reason := reasonOf(err)
 	a.failures.WithLabelValues(reason).Inc()
-	a.log.Info("xDS call refused", "reason", reason, "peer", peerAddr, "node", nodeID, "error", err.Error())
+	log := a.log.V(1)
+	if a.refusalLog.AllowN(a.clk.Now(), 1) {
+		log = a.log
+	}
+	log.Info("xDS call refused", "reason", reason, "peer", peerAddr, "node", xdsstatus.Clip(nodeID, maxLoggedDetailBytes), "error", err.Error())
 	code := codes.Unauthenticated
 	switch {
 	case denied(err):

@@ -18,6 +18,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/go-logr/logr/funcr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
@@ -32,6 +33,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -577,3 +579,36 @@ func TestPlaintextPortUnauthenticated(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusalLogsBounded: a burst of refused calls (a client retrying a
+// forged token) is logged at info level refusalLogBurst times, then
+// refusalLogRate a second; every refusal is counted.
+func TestRefusalLogsBounded(t *testing.T) {
+	var info, debug int
+	log := funcr.New(func(_, args string) {
+		if strings.Contains(args, `"level"=1`) {
+			debug++
+		} else {
+			info++
+		}
+	}, funcr.Options{Verbosity: 1, LogInfoLevel: ptrTo("level")})
+	clk := testingclock.NewFakePassiveClock(time.Unix(1_000, 0))
+	reg := prometheus.NewRegistry()
+	a := newAuthenticator(Authn{}, clk, log, reg)
+	for range 50 {
+		_ = a.refuse(ErrNoCredentials, "198.51.100.7:5555", "")
+	}
+	if info != refusalLogBurst || debug != 50-refusalLogBurst {
+		t.Errorf("a burst of 50 refusals: %d at info, %d at debug level; want %d and %d", info, debug, refusalLogBurst, 50-refusalLogBurst)
+	}
+	clk.SetTime(clk.Now().Add(3 * time.Second))
+	_ = a.refuse(ErrNoCredentials, "198.51.100.7:5555", "")
+	if info != refusalLogBurst+1 {
+		t.Errorf("a refusal 3 s later was not logged at info level (%d)", info)
+	}
+	if got := promtest.ToFloat64(a.failures.WithLabelValues(reasonOf(ErrNoCredentials))); got != 51 {
+		t.Errorf("%v refusals counted, want 51", got)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
