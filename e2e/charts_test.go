@@ -544,11 +544,17 @@ func TestHubChart(t *testing.T) {
 	// reading the mesh's Istio config (and writing its status).
 	for _, kind := range []string{"ClusterRole", "ClusterRoleBinding"} {
 		for _, u := range r.objects {
-			if n := u.GetName(); u.GetKind() == kind && n != "meshfed-hub-tokenreview-"+ns && n != "meshfed-hub-istioconfig-"+ns {
+			if n := u.GetName(); u.GetKind() == kind && n != "meshfed-hub-tokenreview-"+ns && n != "meshfed-hub-istioconfig-"+ns &&
+				(kind != "ClusterRole" || n != "meshfed-fleet-reader") {
 				t.Errorf("unexpected cluster-wide %s %s", kind, u.GetName())
 			}
 		}
 	}
+	// The role people are bound to, to read the fleet on the monitoring
+	// port, and nothing else.
+	var reader rbacv1.ClusterRole
+	r.get(t, "ClusterRole", "", "meshfed-fleet-reader", &reader)
+	requireRules(t, "fleet reader role", reader.Rules, `"meshfed.io" fleet get`)
 	var config rbacv1.ClusterRole
 	r.get(t, "ClusterRole", "", "meshfed-hub-istioconfig-"+ns, &config)
 	requireRules(t, "hub Istio config role", config.Rules,
@@ -585,7 +591,7 @@ func TestHubChart(t *testing.T) {
 	}
 	var review rbacv1.ClusterRole
 	r.get(t, "ClusterRole", "", "meshfed-hub-tokenreview-"+ns, &review)
-	requireRules(t, "hub token review role", review.Rules, `"authentication.k8s.io" tokenreviews create`)
+	requireRules(t, "hub token review role", review.Rules, `"authentication.k8s.io" tokenreviews create`, `"authorization.k8s.io" subjectaccessreviews create`)
 	var reviewBinding rbacv1.ClusterRoleBinding
 	r.get(t, "ClusterRoleBinding", "", "meshfed-hub-tokenreview-"+ns, &reviewBinding)
 	if reviewBinding.RoleRef.Name != review.Name || len(reviewBinding.Subjects) != 1 ||

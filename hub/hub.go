@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/clock"
@@ -28,6 +29,7 @@ import (
 	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/hub/console"
 	"github.com/meshfed/meshfed/hub/credentials"
+	"github.com/meshfed/meshfed/hub/debugauth"
 	"github.com/meshfed/meshfed/hub/fleetstatus"
 	hubconfig "github.com/meshfed/meshfed/hub/istioconfig"
 	"github.com/meshfed/meshfed/hub/monitoring"
@@ -52,6 +54,11 @@ type Options struct {
 	Kubeconfig string
 	// Namespace of the remote secrets in the config cluster.
 	Namespace string
+	// DebugAuth guards the monitoring port's /debug documents, console and
+	// pprof (hub/debugauth): a token the config cluster's TokenReview
+	// accepts and whose user may get fleet.meshfed.io. Default on; off is
+	// unsafe (tests and the demo).
+	DebugAuth bool
 	// XDSAddr is the plaintext ADS listen address; empty (the default)
 	// turns the plaintext port off. Its streams are not authenticated:
 	// whoever reaches it reads every proxy's configuration.
@@ -149,6 +156,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		Namespace:      "istio-system",
+		DebugAuth:      true,
 		MonitoringAddr: ":15014",
 		// 30s is long enough for a large remote cluster to list on a
 		// healthy network, short enough that one dead cluster does not keep
@@ -270,7 +278,7 @@ func Run(ctx context.Context, opts Options) error {
 	ready := remotes.NewReadiness(remotes.ReadinessOptions{
 		Provider: rem.provider, Status: rem.status, Held: st, SyncTimeout: opts.ClusterSyncTimeout, Clock: opts.Clock,
 	})
-	mon := monitoring.New(monitoring.Options{
+	monOpts := monitoring.Options{
 		Addr:     opts.MonitoringAddr,
 		Gatherer: reg,
 		Ready: func() (bool, string) {
@@ -284,7 +292,19 @@ func Run(ctx context.Context, opts Options) error {
 		Debug:   docs.debug(),
 		Console: ui,
 		Log:     log.WithName("monitoring"),
-	})
+	}
+	if opts.DebugAuth {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("hub: config cluster client: %w", err)
+		}
+		guard := debugauth.New(debugauth.Options{Reviewer: debugauth.KubeReviewer{Client: cs}, Clock: opts.Clock,
+			Log: log.WithName("debugauth"), Metrics: reg})
+		monOpts.Protect, monOpts.Login, monOpts.Logout = guard.Wrap, guard.Login, guard.Logout
+	} else {
+		log.Info("the monitoring port's /debug documents, console and pprof answer anyone (--debug-auth=false): unsafe outside a test")
+	}
+	mon := monitoring.New(monOpts)
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return rem.mgr.Start(ctx) })

@@ -47,6 +47,11 @@ type HubOptions struct {
 	Join []*Hub
 	// GossipKeyFile is passed as --gossip-key-file when set.
 	GossipKeyFile string
+	// DebugAuth keeps the monitoring port's authentication on (the hub's
+	// default). Default off (--debug-auth=false): the tests read /debug
+	// documents and the console without tokens, except the test of that
+	// authentication.
+	DebugAuth bool
 	// Binary is the meshfed-hub binary of this replica, for a benchmark
 	// that runs another build beside the fleet's (FleetOptions.HubBinary)
 	// one. Default: the fleet's.
@@ -108,7 +113,7 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		}
 	}
 
-	args := append([]string{
+	args := []string{
 		"--kubeconfig=" + f.config.KubeconfigFile(),
 		"--namespace=" + RemoteSecretNamespace,
 		"--xds-addr=" + opts.XDSAddr,
@@ -117,7 +122,13 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		"--gossip-addr=" + opts.GossipAddr,
 		"--peer-addr=" + opts.PeerAddr,
 		"--ca-addr=" + opts.CAAddr,
-	}, opts.Args...)
+	}
+	if opts.Binary == "" {
+		// Another build (a benchmark's baseline) may predate the flag
+		// and the authentication it turns off.
+		args = append(args, "--debug-auth="+strconv.FormatBool(opts.DebugAuth))
+	}
+	args = append(args, opts.Args...)
 	if len(opts.Join) > 0 {
 		var seeds []string
 		for _, j := range opts.Join {

@@ -26,7 +26,13 @@ type Options struct {
 	Debug map[string]func(*http.Request) any
 	// Console, when set, serves / and /ui/ (the fleet console).
 	Console http.Handler
-	Log     logr.Logger
+	// Protect, when set, guards /debug/ (pprof included) and the console:
+	// the handlers it returns answer only callers it lets through.
+	// /metrics, /healthz and /readyz stay open. Login and Logout serve
+	// the console's sign-in and sign-out (with Protect).
+	Protect       func(http.Handler) http.Handler
+	Login, Logout http.HandlerFunc
+	Log           logr.Logger
 }
 
 // Server is the monitoring HTTP server.
@@ -38,23 +44,33 @@ type Server struct {
 // New returns a Server; Run serves it.
 func New(opts Options) *Server {
 	s := &Server{opts: opts, mux: http.NewServeMux()}
+	protect := opts.Protect
+	if protect == nil {
+		protect = func(h http.Handler) http.Handler { return h }
+	}
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.mux.HandleFunc("/debug/pprof/", pprof.Index)
-	s.mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	s.mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	s.mux.Handle("/debug/pprof/", protect(http.HandlerFunc(pprof.Index)))
+	s.mux.Handle("/debug/pprof/profile", protect(http.HandlerFunc(pprof.Profile)))
+	s.mux.Handle("/debug/pprof/trace", protect(http.HandlerFunc(pprof.Trace)))
 	if opts.Console != nil {
-		s.mux.Handle("GET /{$}", opts.Console)
-		s.mux.Handle("GET /ui/", opts.Console)
+		s.mux.Handle("GET /{$}", protect(opts.Console))
+		s.mux.Handle("GET /ui/", protect(opts.Console))
+	}
+	if opts.Login != nil {
+		s.mux.Handle("/login", opts.Login)
+	}
+	if opts.Logout != nil {
+		s.mux.Handle("/logout", opts.Logout)
 	}
 	for path, fn := range opts.Debug {
-		s.mux.HandleFunc("GET /debug/"+path, func(w http.ResponseWriter, r *http.Request) {
+		s.mux.Handle("GET /debug/"+path, protect(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
 			_ = enc.Encode(fn(r))
-		})
+		})))
 	}
 	return s
 }

@@ -38,6 +38,7 @@ func main() {
 	fs.BoolVar(&opts.XDSServeUnknownClusters, "xds-serve-unknown-clusters", false, "serve xDS clients whose CLUSTER_ID no remote secret names (refused with InvalidArgument by default, once the secrets are read; the config cluster's ID and an empty one are always served)")
 	fs.DurationVar(&opts.XDSLimits.HandshakeTimeout, "xds-handshake-timeout", xds.DefaultHandshakeTimeout, "time a new xDS connection has for its TLS handshake and HTTP/2 preface")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of /metrics, /healthz, /readyz and /debug/")
+	fs.BoolVar(&opts.DebugAuth, "debug-auth", opts.DebugAuth, "answer /debug/, the console and pprof on the monitoring port only for a Kubernetes token (Authorization: Bearer, or the console's sign-in) that the config cluster's TokenReview accepts and whose user may get fleet.meshfed.io; false is unsafe: anyone who reaches the port reads the mesh")
 	replicaID := fs.String("replica-id", hostname(), "name of this hub replica (letters, digits, '.', '-', '_')")
 	fs.DurationVar(&opts.ClusterSyncTimeout, "cluster-sync-timeout", opts.ClusterSyncTimeout, "how long readiness waits for remote clusters to sync")
 	fs.DurationVar(&opts.ClusterProbeInterval, "cluster-probe-interval", opts.ClusterProbeInterval, "how often each remote apiserver is probed: how soon an outage is seen (and a stale-endpoints drop-after timer starts) and a return restarts the cluster's watches; at most --cluster-sync-timeout")

@@ -26,19 +26,27 @@ type hubAuth struct {
 	ServerName string
 }
 
+// token returns the token of --token or --token-file ("" for none).
+func (a hubAuth) token() (string, error) {
+	if a.TokenFile == "" {
+		return a.Token, nil
+	}
+	if a.Token != "" {
+		return "", errors.New("--token and --token-file: give one")
+	}
+	b, err := os.ReadFile(a.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 // dialOptions returns the transport of a call to the hub: plaintext
 // without a token, else TLS with the token on every call.
 func (a hubAuth) dialOptions() ([]grpc.DialOption, error) {
-	token := a.Token
-	if a.TokenFile != "" {
-		if token != "" {
-			return nil, errors.New("--token and --token-file: give one")
-		}
-		b, err := os.ReadFile(a.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := a.token()
+	if err != nil {
+		return nil, err
 	}
 	if token == "" {
 		if a.CAFile != "" || a.ServerName != "" {

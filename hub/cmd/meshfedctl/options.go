@@ -82,6 +82,13 @@ const usage = `usage:
       [--secret-namespace istio-system] [--apply-to CONFIG_KUBECONFIG [--rotate]]
 `
 
+// monitoringToken adds the flags of the token sent to the monitoring
+// port's /debug documents.
+func monitoringToken(fs *flag.FlagSet, opts *Options) {
+	fs.StringVar(&opts.HubAuth.Token, "token", "", "Kubernetes token of the config cluster sent to the monitoring port (Authorization: Bearer); its user needs get on fleet.meshfed.io (the hub chart's ClusterRole meshfed-fleet-reader)")
+	fs.StringVar(&opts.HubAuth.TokenFile, "token-file", "", "file holding the token for --token")
+}
+
 // parseArgs parses args (without the program name). Flags may come before
 // or after PROXY. It returns flag.ErrHelp after printing help to stderr.
 func parseArgs(args []string, stderr io.Writer) (Options, error) {
@@ -110,14 +117,17 @@ func parseArgs(args []string, stderr io.Writer) (Options, error) {
 		fs.StringVar(&opts.HubAuth.ServerName, "server-name", "", "name checked in the hub's certificate (default the host of --hub)")
 	case cmdRemoteClusters, cmdTrustBundle, cmdIstioConfig, cmdConfigStatus:
 		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
+		monitoringToken(fs, &opts)
 	case cmdExplain:
 		fs.StringVar(&opts.Monitoring, "monitoring", opts.Monitoring, "address of a hub's monitoring port")
 		fs.StringVar(&opts.ExplainSubset, "subset", "", "a DestinationRule subset of the host")
+		monitoringToken(fs, &opts)
 	case cmdVersion:
 		fs.Func("monitoring", "address of a hub's monitoring port: also list every replica's version", func(v string) error {
 			opts.Monitoring, opts.FleetVersions = v, true
 			return nil
 		})
+		monitoringToken(fs, &opts)
 	case cmdRemoteSecret:
 		rs := &opts.RemoteSecret
 		fs.StringVar(&rs.Name, "name", "", "cluster ID of the workload cluster (the secret's data key)")

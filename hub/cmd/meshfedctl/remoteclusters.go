@@ -66,7 +66,11 @@ func getDoc(ctx context.Context, opts Options, path string, v any) error {
 		base = "http://" + base
 	}
 	client := &http.Client{Timeout: opts.Timeout}
-	if err := getJSON(ctx, client, strings.TrimSuffix(base, "/")+path, v); err != nil {
+	token, err := opts.HubAuth.token()
+	if err != nil {
+		return err
+	}
+	if err := getJSON(ctx, client, strings.TrimSuffix(base, "/")+path, token, v); err != nil {
 		return fmt.Errorf("hub %s: %w", opts.Monitoring, err)
 	}
 	return nil
@@ -198,10 +202,14 @@ func dash(s string) string {
 // oneLine keeps a table row on one line.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-func getJSON(ctx context.Context, client *http.Client, url string, v any) error {
+// getJSON GETs url (with the bearer token, when not empty) into v.
+func getJSON(ctx context.Context, client *http.Client, url, token string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/pkg/testutil"
+)
+
+// statusOf GETs url with the bearer token (none when empty) and returns
+// the status code.
+func statusOf(ctx context.Context, url, token string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// configToken returns a token of service account ns/sa of the config
+// cluster (the apiserver's own audience), creating the account.
+func configToken(t *testing.T, f *framework.Fleet, ns, sa string) string {
+	t.Helper()
+	ctx := t.Context()
+	if err := f.Config().EnsureServiceAccount(ctx, ns, sa); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(f.Config().RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// TestDebugAuth is issue #31's "Must show" of the monitoring port: without
+// credentials the /debug documents, the console's pages and pprof answer
+// 401 (a browser is sent to sign in); with a token of a user the config
+// cluster's RBAC does not let get fleet.meshfed.io, 403; with an allowed
+// user's token, 200, through meshfedctl and through the console's sign-in
+// in headless Chromium, which then navigates every view on its session
+// cookie. /metrics, /healthz and /readyz stay open.
+func TestDebugAuth(t *testing.T) {
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(1)})
+	ctx := t.Context()
+	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
+		t.Fatal(err)
+	}
+	hub := framework.StartTestHub(t, f, framework.HubOptions{DebugAuth: true})
+	// The hub chart's ClusterRole, bound to one account of the config
+	// cluster.
+	c := f.Config().Client()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "meshfed-fleet-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"meshfed.io"}, Resources: []string{"fleet"}, Verbs: []string{"get"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ops-reader"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "meshfed-fleet-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "reader", Namespace: "ops"}}}); err != nil {
+		t.Fatal(err)
+	}
+	reader, nobody := configToken(t, f, "ops", "reader"), configToken(t, f, "ops", "nobody")
+
+	base := hub.MonitoringURL()
+	guarded := []string{"/debug/registryz", "/debug/configz", "/debug/trustz", "/debug/pprof/", "/", "/ui/clusters", "/ui/proxies"}
+	for _, p := range guarded {
+		for token, want := range map[string]int{"": http.StatusUnauthorized, "not-a-token": http.StatusUnauthorized,
+			nobody: http.StatusForbidden, reader: http.StatusOK} {
+			testutil.Eventually(t, converge, poll, func() error {
+				got, err := statusOf(ctx, base+p, token)
+				if err != nil {
+					return err
+				}
+				if got != want {
+					return fmt.Errorf("GET %s with token %.8q…: %d, want %d", p, token, got, want)
+				}
+				return nil
+			})
+		}
+	}
+	for _, p := range []string{"/metrics", "/healthz", "/readyz"} {
+		if got, err := statusOf(ctx, base+p, ""); err != nil || got != http.StatusOK {
+			t.Errorf("GET %s without credentials: %d %v, want 200", p, got, err)
+		}
+	}
+	m, err := hub.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, result := range []string{"allowed", "unauthenticated", "denied"} {
+		if metricValue(m, fmt.Sprintf(`meshfed_debug_requests_total{result=%q}`, result)) == 0 {
+			t.Errorf("no %s request counted:\n%s", result, grepLines(m, "meshfed_debug"))
+		}
+	}
+
+	// meshfedctl with the token, and without.
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(reader), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := framework.Meshfedctl(t, "remote-clusters", "--monitoring", base, "--token-file", tokenFile); err != nil || !strings.Contains(out, "cluster-1") {
+		t.Errorf("meshfedctl remote-clusters with a reader's token: %v\n%s", err, out)
+	}
+	if _, err := framework.Meshfedctl(t, "remote-clusters", "--monitoring", base); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("meshfedctl remote-clusters without a token: %v, want 401", err)
+	}
+
+	// A person: the console sends the browser to sign in, takes the token
+	// once, and every view then answers on the session cookie.
+	browser := framework.StartTestBrowser(t)
+	tab := framework.NewTestTab(t, browser)
+	if err := tab.Navigate(ctx, base+"/ui/clusters"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tab.Text(ctx, "#token"); err != nil {
+		t.Fatalf("no sign-in form for a browser without a session: %v", err)
+	}
+	var submitted bool
+	if err := tab.Eval(ctx, fmt.Sprintf(`(document.querySelector('#token').value = %q, document.querySelector('form').submit(), true)`, reader), &submitted); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, converge, poll, func() error {
+		_, err := tab.Text(ctx, "#live")
+		return err
+	})
+	for _, p := range []string{"/", "/ui/clusters", "/ui/clusters/cluster-1", "/ui/proxies", "/ui/replicas", "/ui/trust", "/ui/config", "/ui/explain"} {
+		if err := tab.Navigate(ctx, base+p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tab.Text(ctx, "#live"); err != nil {
+			t.Errorf("%s after signing in is no console page: %v", p, err)
+		}
+	}
+	var cookieSeen bool
+	if err := tab.Eval(ctx, `document.cookie.includes("meshfed_session")`, &cookieSeen); err != nil {
+		t.Fatal(err)
+	}
+	if cookieSeen {
+		t.Error("the session cookie is readable by the page's JavaScript: it must be HttpOnly")
+	}
+}
