@@ -6,12 +6,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // hubAuth is how proxy-status authenticates to a hub's authenticated port
@@ -19,6 +22,9 @@ import (
 // --xds-address does; the config cluster reviews the token.
 type hubAuth struct {
 	Token, TokenFile string
+	// Kubeconfig sends the kubeconfig's current user's token instead
+	// (monitoring-port commands).
+	Kubeconfig bool
 	// CAFile verifies the hub's certificate; empty: the system's roots.
 	CAFile string
 	// ServerName is checked in the hub's certificate; empty: the host of
@@ -28,6 +34,9 @@ type hubAuth struct {
 
 // token returns the token of --token or --token-file ("" for none).
 func (a hubAuth) token() (string, error) {
+	if a.Kubeconfig && (a.Token != "" || a.TokenFile != "") {
+		return "", errors.New("--kubeconfig-token with --token or --token-file: give one")
+	}
 	if a.TokenFile == "" {
 		return a.Token, nil
 	}
@@ -69,6 +78,23 @@ func (a hubAuth) dialOptions() ([]grpc.DialOption, error) {
 		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
 		grpc.WithPerRPCCredentials(bearer(token)),
 	}, nil
+}
+
+// kubeconfigTransport is an HTTP transport that authenticates as the
+// kubeconfig's current user (a static token, a token file, or an exec
+// plugin), as kubectl would to its apiserver.
+func kubeconfigTransport() (http.RoundTripper, error) {
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig-token: %w", err)
+	}
+	if cfg.BearerToken == "" && cfg.BearerTokenFile == "" && cfg.ExecProvider == nil && cfg.AuthProvider == nil {
+		return nil, errors.New("--kubeconfig-token: the kubeconfig's current user has no token (a client certificate cannot be sent to the monitoring port)")
+	}
+	// Only the user's credentials: the monitoring port is not the
+	// apiserver, whose CA and server name do not apply.
+	return rest.HTTPWrappersForConfig(&rest.Config{BearerToken: cfg.BearerToken, BearerTokenFile: cfg.BearerTokenFile,
+		ExecProvider: cfg.ExecProvider, AuthProvider: cfg.AuthProvider, Host: cfg.Host}, http.DefaultTransport)
 }
 
 // bearer sends a token as "authorization: Bearer <token>", over TLS only.

@@ -11,8 +11,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -393,5 +395,52 @@ func TestRemoteClustersErrors(t *testing.T) {
 	defer srv404.Close()
 	if _, err := runCLI(t, "remote-clusters", "--monitoring", srv404.URL); !errors.Is(err, errNotFound) {
 		t.Fatalf("404: %v", err)
+	}
+}
+
+// TestMonitoringToken: the monitoring-port commands send --token-file's
+// token, or with --kubeconfig-token the kubeconfig's current user's, as a
+// bearer token; the hub's 401 is reported with its status.
+func TestMonitoringToken(t *testing.T) {
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Header.Get("Authorization"))
+		if r.Header.Get("Authorization") == "" {
+			http.Error(w, "Unauthorized: no credentials", http.StatusUnauthorized)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(debugdoc.Registryz{Replica: "hub-0"})
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("file-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://apiserver.example:6443"}}]
+users: [{name: u, user: {token: kube-token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", kubeconfig)
+	if _, err := runCLI(t, "remote-clusters", "--monitoring", srv.URL, "--token-file", tokenFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runCLI(t, "remote-clusters", "--monitoring", srv.URL, "--kubeconfig-token"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runCLI(t, "remote-clusters", "--monitoring", srv.URL); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("without a token: %v, want the 401", err)
+	}
+	if len(seen) < 3 || seen[0] != "Bearer file-token" || !slices.Contains(seen, "Bearer kube-token") {
+		t.Errorf("Authorization headers sent: %q", seen)
+	}
+	if _, err := runCLI(t, "remote-clusters", "--monitoring", srv.URL, "--kubeconfig-token", "--token", "x"); err == nil {
+		t.Error("--kubeconfig-token with --token was accepted")
 	}
 }

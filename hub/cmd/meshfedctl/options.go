@@ -87,6 +87,7 @@ const usage = `usage:
 func monitoringToken(fs *flag.FlagSet, opts *Options) {
 	fs.StringVar(&opts.HubAuth.Token, "token", "", "Kubernetes token of the config cluster sent to the monitoring port (Authorization: Bearer); its user needs get on fleet.meshfed.io (the hub chart's ClusterRole meshfed-fleet-reader)")
 	fs.StringVar(&opts.HubAuth.TokenFile, "token-file", "", "file holding the token for --token")
+	fs.BoolVar(&opts.HubAuth.Kubeconfig, "kubeconfig-token", false, "send the credentials of the kubeconfig's current user (its token, token file or exec plugin; $KUBECONFIG or ~/.kube/config) instead of --token")
 }
 
 // parseArgs parses args (without the program name). Flags may come before

@@ -70,6 +70,11 @@ func getDoc(ctx context.Context, opts Options, path string, v any) error {
 	if err != nil {
 		return err
 	}
+	if opts.HubAuth.Kubeconfig {
+		if client.Transport, err = kubeconfigTransport(); err != nil {
+			return err
+		}
+	}
 	if err := getJSON(ctx, client, strings.TrimSuffix(base, "/")+path, token, v); err != nil {
 		return fmt.Errorf("hub %s: %w", opts.Monitoring, err)
 	}
