@@ -22,15 +22,23 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
+// tokenIssuer is a cluster of the fleet, remote or config.
+type tokenIssuer interface {
+	RESTConfig() *rest.Config
+	EnsureServiceAccount(ctx context.Context, ns, name string) error
+}
+
 // serviceAccountToken returns a real TokenRequest token of ns/sa from
-// cluster r, for audience istio-ca.
-func serviceAccountToken(t *testing.T, r *framework.RemoteCluster, ns, sa string, audiences ...string) string {
+// cluster r (creating the account) for audiences (none: the apiserver's
+// own, as kubectl create token gives people).
+func serviceAccountToken(t *testing.T, r tokenIssuer, ns, sa string, audiences ...string) string {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(r.RESTConfig())
 	if err != nil {

@@ -9,11 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/testutil"
@@ -35,25 +33,6 @@ func statusOf(ctx context.Context, url, token string) (int, error) {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode, nil
-}
-
-// configToken returns a token of service account ns/sa of the config
-// cluster (the apiserver's own audience), creating the account.
-func configToken(t *testing.T, f *framework.Fleet, ns, sa string) string {
-	t.Helper()
-	ctx := t.Context()
-	if err := f.Config().EnsureServiceAccount(ctx, ns, sa); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(f.Config().RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
 }
 
 // TestDebugAuth is issue #31's "Must show" of the monitoring port: without
@@ -85,7 +64,7 @@ func TestDebugAuth(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "reader", Namespace: "ops"}}}); err != nil {
 		t.Fatal(err)
 	}
-	reader, nobody := configToken(t, f, "ops", "reader"), configToken(t, f, "ops", "nobody")
+	reader, nobody := serviceAccountToken(t, f.Config(), "ops", "reader"), serviceAccountToken(t, f.Config(), "ops", "nobody")
 
 	base := hub.MonitoringURL()
 	guarded := []string{"/debug/registryz", "/debug/configz", "/debug/trustz", "/debug/pprof/", "/", "/ui/clusters", "/ui/proxies"}

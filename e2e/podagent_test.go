@@ -13,10 +13,8 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/agent"
@@ -250,20 +248,9 @@ func TestGRPCAgentPod(t *testing.T) {
 	// meshfedctl reads the same status from the authenticated port, with
 	// a token of the config cluster as istioctl sends one; without a token
 	// it gets nothing there.
-	if err := f.Config().EnsureServiceAccount(ctx, "istio-system", "default"); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(f.Config().RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts("istio-system").CreateToken(ctx, "default", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{framework.CertAudience}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	configToken := serviceAccountToken(t, f.Config(), "istio-system", "default", framework.CertAudience)
 	tokenFile, rootsFile := filepath.Join(root, "ctl-token"), filepath.Join(root, "ctl-roots.pem")
-	if err := os.WriteFile(tokenFile, []byte(tr.Status.Token), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(configToken), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(rootsFile, rootsPEM, 0o600); err != nil {
