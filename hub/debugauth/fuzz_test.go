@@ -14,7 +14,7 @@ func FuzzSessionCookie(f *testing.F) {
 	f.Add("")
 	f.Add("meshfed; other=1")
 	f.Add(strings.Repeat("_-", 22))
-	_, _, _, h := newTestGuard(&testing.T{})
+	_, _, _, h := newTestGuard()
 	f.Fuzz(func(t *testing.T, v string) {
 		if id, ok := ParseSessionID(v); ok && (len(id) != 43 || strings.ContainsAny(id, "+/=")) {
 			t.Fatalf("ParseSessionID accepted %q", v)
@@ -39,7 +39,7 @@ func FuzzBearerToken(f *testing.F) {
 	for _, s := range []string{"Bearer reader", "bearer  other ", "Basic x", "Bearer a b", "Bearer " + strings.Repeat("x", maxTokenBytes+1), "Bearer\tx"} {
 		f.Add(s)
 	}
-	_, _, _, h := newTestGuard(&testing.T{})
+	_, _, _, h := newTestGuard()
 	f.Fuzz(func(t *testing.T, header string) {
 		tok, ok := BearerToken(header)
 		if ok && (tok == "" || len(tok) > maxTokenBytes || strings.ContainsAny(tok, " \t\r\n")) {

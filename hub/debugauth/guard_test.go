@@ -34,8 +34,7 @@ func (f *fakeReviewer) Review(_ context.Context, token string) (Decision, error)
 	return Decision{Reason: "the config cluster does not accept the token"}, nil
 }
 
-func newTestGuard(t *testing.T) (*Guard, *fakeReviewer, *testingclock.FakePassiveClock, http.Handler) {
-	t.Helper()
+func newTestGuard() (*Guard, *fakeReviewer, *testingclock.FakePassiveClock, http.Handler) {
 	f := &fakeReviewer{}
 	clk := testingclock.NewFakePassiveClock(time.Unix(1_000_000, 0))
 	g := New(Options{Reviewer: f, Clock: clk, Log: logr.Discard(), Metrics: prometheus.NewRegistry()})
@@ -64,7 +63,7 @@ func do(h http.Handler, method, path string, hdr map[string]string, body string)
 }
 
 func TestGuardTokens(t *testing.T) {
-	g, f, clk, h := newTestGuard(t)
+	g, f, clk, h := newTestGuard()
 	for _, tc := range []struct {
 		name   string
 		hdr    map[string]string
@@ -114,7 +113,7 @@ func TestGuardTokens(t *testing.T) {
 }
 
 func TestGuardSessions(t *testing.T) {
-	_, _, clk, h := newTestGuard(t)
+	_, _, clk, h := newTestGuard()
 	if w := do(h, http.MethodGet, "/login?next=/ui/", nil, ""); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `name="token"`) {
 		t.Fatalf("login page: %d %s", w.Code, w.Body)
 	}
