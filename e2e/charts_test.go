@@ -648,6 +648,18 @@ func TestHubChart(t *testing.T) {
 		t.Errorf("pdb %+v", pdb.Spec)
 	}
 
+	// The monitoring port over TLS, with identities that read it by
+	// certificate.
+	r = mustRender(t, hubChartDir, ns, map[string]any{"monitoring": map[string]any{"tls": true,
+		"debugIdentities": []any{"spiffe://cluster.local/ns/ops/sa/prober"}}})
+	r.get(t, "Deployment", ns, "meshfed-hub", &dep)
+	args = dep.Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(args, "--monitoring-tls") || !slices.Contains(args, "--debug-identities=spiffe://cluster.local/ns/ops/sa/prober") ||
+		dep.Spec.Template.Spec.Containers[0].ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+		t.Errorf("monitoring over TLS: args %v, readiness %+v", args, dep.Spec.Template.Spec.Containers[0].ReadinessProbe)
+	}
+	knownFlags(t, "meshfed-hub", hubFlags, args)
+
 	// Overrides: a gossip key, peer certificates, more replicas, no CA,
 	// the plaintext port on.
 	r = mustRender(t, hubChartDir, ns, map[string]any{

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -59,6 +60,12 @@ type Options struct {
 	// accepts and whose user may get fleet.meshfed.io. Default on; off is
 	// unsafe (tests and the demo).
 	DebugAuth bool
+	// MonitoringTLS serves the monitoring port over TLS with the CA port's
+	// certificate, asking for client certificates; DebugIdentities are the
+	// workload identities (SPIFFE IDs) whose mesh client certificate reads
+	// it without a token.
+	MonitoringTLS   bool
+	DebugIdentities []string
 	// XDSAddr is the plaintext ADS listen address; empty (the default)
 	// turns the plaintext port off. Its streams are not authenticated:
 	// whoever reaches it reads every proxy's configuration.
@@ -299,10 +306,16 @@ func Run(ctx context.Context, opts Options) error {
 			return fmt.Errorf("hub: config cluster client: %w", err)
 		}
 		guard := debugauth.New(debugauth.Options{Reviewer: debugauth.KubeReviewer{Client: cs}, Clock: opts.Clock,
-			Log: log.WithName("debugauth"), Metrics: reg})
+			Log: log.WithName("debugauth"), Metrics: reg, Identities: opts.DebugIdentities, Roots: authn.Roots})
 		monOpts.Protect, monOpts.Login, monOpts.Logout = guard.Wrap, guard.Login, guard.Logout
 	} else {
 		log.Info("the monitoring port's /debug documents, console and pprof answer anyone (--debug-auth=false): unsafe outside a test")
+	}
+	if opts.MonitoringTLS {
+		if caServer == nil {
+			return errors.New("hub: --monitoring-tls needs the CA (--ca-addr): the port serves its certificate")
+		}
+		monOpts.TLS = caServer.TLSConfig()
 	}
 	mon := monitoring.New(monOpts)
 

@@ -2,10 +2,12 @@ package debugauth
 
 import (
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +22,13 @@ import (
 type Options struct {
 	// Reviewer decides about tokens (KubeReviewer in the hub). Required.
 	Reviewer Reviewer
+	// Identities are the workload identities (SPIFFE IDs) whose mesh
+	// client certificate, verified against Roots, is let through instead
+	// of a token: the port must be served over TLS asking for client
+	// certificates. Empty: certificates are not a credential.
+	Identities []string
+	// Roots returns the mesh roots (PEM) client certificates chain to.
+	Roots func() []byte
 	// CacheTTL is how long a decision is kept; default DefaultCacheTTL.
 	CacheTTL time.Duration
 	// SessionTTL is how long a console session lasts; default
@@ -112,6 +121,17 @@ func New(opts Options) *Guard {
 // read the fleet 403, and 503 when the config cluster cannot be asked.
 func (g *Guard) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := g.certificateIdentity(r); ok {
+			if slices.Contains(g.opts.Identities, id) {
+				g.requests.WithLabelValues(resultAllowed).Inc()
+				next.ServeHTTP(w, r)
+				return
+			}
+			if _, bearer := BearerToken(r.Header.Get("Authorization")); !bearer {
+				g.refuse(w, r, http.StatusForbidden, resultDenied, "identity "+id+" is not one that --debug-identities lists")
+				return
+			}
+		}
 		token, fromSession := g.credentials(r)
 		if token == "" {
 			g.refuse(w, r, http.StatusUnauthorized, resultUnauthenticated, errNoToken.Error())
@@ -133,6 +153,34 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// certificateIdentity returns the SPIFFE ID of the request's client
+// certificate when it chains to the mesh roots (only when Identities are
+// configured: otherwise certificates are no credential).
+func (g *Guard) certificateIdentity(r *http.Request) (string, bool) {
+	if len(g.opts.Identities) == 0 || g.opts.Roots == nil || r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return "", false
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(g.opts.Roots()) {
+		return "", false
+	}
+	leaf := r.TLS.PeerCertificates[0]
+	inter := x509.NewCertPool()
+	for _, c := range r.TLS.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		CurrentTime: g.opts.Clock.Now()}); err != nil {
+		return "", false
+	}
+	for _, u := range leaf.URIs {
+		if u.Scheme == "spiffe" {
+			return u.String(), true
+		}
+	}
+	return "", false
 }
 
 // credentials returns the request's token: its bearer token, else its

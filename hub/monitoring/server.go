@@ -2,6 +2,7 @@ package monitoring
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,7 +33,10 @@ type Options struct {
 	// the console's sign-in and sign-out (with Protect).
 	Protect       func(http.Handler) http.Handler
 	Login, Logout http.HandlerFunc
-	Log           logr.Logger
+	// TLS, when set, serves the port over TLS with it (e.g. asking for
+	// mesh client certificates).
+	TLS *tls.Config
+	Log logr.Logger
 }
 
 // Server is the monitoring HTTP server.
@@ -91,6 +95,9 @@ func (s *Server) Run(ctx context.Context) error {
 	lis, err := net.Listen("tcp", s.opts.Addr)
 	if err != nil {
 		return fmt.Errorf("monitoring: %w", err)
+	}
+	if s.opts.TLS != nil {
+		lis = tls.NewListener(lis, s.opts.TLS)
 	}
 	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)

@@ -2,6 +2,7 @@ package trust
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -158,6 +159,10 @@ func (c *CA) Register(services ...func(grpc.ServiceRegistrar)) { c.server.Regist
 // Spokes returns the trust-bundle service, whose streams are the spokes'
 // (fleetstatus.Spokes).
 func (c *CA) Spokes() *trustsvc.Service { return c.trust }
+
+// TLSConfig is the server side of the CA port's TLS (ca.Server.TLSConfig):
+// its certificate, and a client certificate asked for, not verified.
+func (c *CA) TLSConfig() *tls.Config { return c.server.TLSConfig() }
 
 // Run adds the CA's roots to the trust bundle, puts back the roots still
 // retiring from before this start, then serves the CA and the trust-bundle

@@ -38,6 +38,8 @@ func main() {
 	fs.BoolVar(&opts.XDSServeUnknownClusters, "xds-serve-unknown-clusters", false, "serve xDS clients whose CLUSTER_ID no remote secret names (refused with InvalidArgument by default, once the secrets are read; the config cluster's ID and an empty one are always served)")
 	fs.DurationVar(&opts.XDSLimits.HandshakeTimeout, "xds-handshake-timeout", xds.DefaultHandshakeTimeout, "time a new xDS connection has for its TLS handshake and HTTP/2 preface")
 	fs.StringVar(&opts.MonitoringAddr, "monitoring-addr", opts.MonitoringAddr, "address of /metrics, /healthz, /readyz and /debug/")
+	fs.BoolVar(&opts.MonitoringTLS, "monitoring-tls", false, "serve the monitoring port over TLS with the CA port's certificate, asking for client certificates (needed for --debug-identities)")
+	debugIdentities := fs.String("debug-identities", "", "comma-separated workload identities (spiffe://<trust domain>/ns/<ns>/sa/<sa>) whose mesh client certificate reads /debug/, the console and pprof without a token (with --monitoring-tls)")
 	fs.BoolVar(&opts.DebugAuth, "debug-auth", opts.DebugAuth, "answer /debug/, the console and pprof on the monitoring port only for a Kubernetes token (Authorization: Bearer, or the console's sign-in) that the config cluster's TokenReview accepts and whose user may get fleet.meshfed.io; false is unsafe: anyone who reaches the port reads the mesh")
 	replicaID := fs.String("replica-id", hostname(), "name of this hub replica (letters, digits, '.', '-', '_')")
 	fs.DurationVar(&opts.ClusterSyncTimeout, "cluster-sync-timeout", opts.ClusterSyncTimeout, "how long readiness waits for remote clusters to sync")
@@ -89,6 +91,7 @@ func main() {
 	}
 	opts.CAAudiences = splitList(*caAudience)
 	opts.CADNSNames = splitList(*caDNSNames)
+	opts.DebugIdentities = splitList(*debugIdentities)
 	opts.Log = zap.New(zap.UseFlagOptions(&zapOpts))
 	// controller-runtime and client-go log through process-wide loggers;
 	// main is the one place allowed to set them.
