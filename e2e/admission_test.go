@@ -16,7 +16,6 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/meshfed/meshfed/e2e/framework"
@@ -49,10 +48,13 @@ func TestXDSConnectionBurst(t *testing.T) {
 		"--xds-max-streams=200", "--xds-stream-rate=50", "--xds-stream-burst=100",
 	}})
 	name := xdsgen.ClusterName(echoHost, 8080)
-	watcher := framework.NewTestADSWatcher(t, hub.XDSAddr(), &corev3.Node{
+	// Every stream is authenticated by a certificate of namespace demo,
+	// where all the nodes live: the limits guard the port proxies use.
+	dial := framework.AuthenticatedDial(t, framework.StartTestCertAgent(t, r, hub, "demo", "burst"))
+	watcher := framework.NewTestADSWatcher(t, hub.CAAddr(), &corev3.Node{
 		Id:       xdsnode.SidecarID("10.250.0.1", "steady", "demo", model.DefaultDomainSuffix),
 		Metadata: xdsnode.Metadata{ClusterID: r.ID}.Struct(),
-	})
+	}, dial)
 	if err := watcher.WatchEDS(name); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func TestXDSConnectionBurst(t *testing.T) {
 	defer endBurst()
 	started := time.Now()
 	for c := range conns {
-		cc, err := grpc.NewClient(hub.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(hub.CAAddr(), dial)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +163,7 @@ func TestXDSConnectionBurst(t *testing.T) {
 	// An oversized DiscoveryRequest (over 4 MiB) ends its own stream with
 	// RESOURCE_EXHAUSTED and is counted; the steady proxy goes on.
 	time.Sleep(3 * time.Second) // past the burst's admission rate
-	cc, err := grpc.NewClient(hub.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(hub.CAAddr(), dial)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +255,9 @@ func TestUnknownClusterRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	hub := framework.StartTestHub(t, f, framework.HubOptions{})
-	cc, err := grpc.NewClient(hub.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A certificate of c1's namespace demo, where every node lives: the
+	// cluster a node names is checked apart from who it is.
+	cc, err := grpc.NewClient(hub.CAAddr(), framework.AuthenticatedDial(t, framework.StartTestCertAgent(t, c1, hub, "demo", "prober")))
 	if err != nil {
 		t.Fatal(err)
 	}

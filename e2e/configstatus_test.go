@@ -136,7 +136,9 @@ func TestConfigStatusRollout(t *testing.T) {
 		Id:       xdsnode.SidecarID("10.250.0.9", "nacker", "demo", model.DefaultDomainSuffix),
 		Metadata: xdsnode.Metadata{ClusterID: "cluster-nack"}.Struct(),
 	}
-	w := framework.NewTestADSWatcher(t, hubs[1].XDSAddr(), node)
+	// Its certificate is of demo/nacker in cluster-1: a certificate names
+	// a namespace, not a cluster.
+	w := authenticatedWatcher(t, hubs[1], f.Remotes()[0], "nacker", node)
 	if err := w.Watch(resourcev3.ListenerType, listener); err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/debugdoc"
@@ -59,7 +57,7 @@ func TestFleetConsole(t *testing.T) {
 			Id:       xdsnode.SidecarID("10.250.0.9", "nacker", "demo", model.DefaultDomainSuffix),
 			Metadata: xdsnode.Metadata{ClusterID: "cluster-2"}.Struct(),
 		}
-		w := framework.NewTestADSWatcher(t, h1.XDSAddr(), node)
+		w := authenticatedWatcher(t, h1, f.Remote("cluster-2"), "nacker", node)
 		if err := w.WatchEDS(xdsgen.ClusterName(echoHost, 8080)); err != nil {
 			t.Fatal(err)
 		}
@@ -264,9 +262,10 @@ func csdsCount(ctx context.Context, h *framework.Hub) (int, error) {
 	return len(configs), err
 }
 
-// fetchCSDS asks h's plaintext xDS port for every proxy's client status.
+// fetchCSDS asks h's authenticated xDS port for every proxy's client
+// status, as an operator with a token of the config cluster.
 func fetchCSDS(ctx context.Context, h *framework.Hub) ([]*statusv3.ClientConfig, error) {
-	cc, err := grpc.NewClient(h.XDSAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := h.OperatorConn(ctx)
 	if err != nil {
 		return nil, err
 	}

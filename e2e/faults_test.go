@@ -317,7 +317,7 @@ func TestConfigClusterOutage(t *testing.T) {
 	pid := hub.PID()
 	before := clientIn(t, f, hub, "cluster-9")
 	expectClusters(t, before, 20, "cluster-1")
-	roots := hubRoots(t, hub)
+	_, roots := waitTrustBundle(t, hub)
 	token := serviceAccountToken(t, f.Remote("cluster-1"), "demo", "echo", "istio-ca")
 
 	cut := time.Now()
@@ -378,26 +378,6 @@ func TestConfigClusterOutage(t *testing.T) {
 	if !hub.Running() || hub.PID() != pid {
 		t.Errorf("the hub restarted during the outage")
 	}
-}
-
-// hubRoots returns the roots of the hub's federated trust bundle.
-func hubRoots(t *testing.T, hub *framework.Hub) *x509.CertPool {
-	t.Helper()
-	roots := x509.NewCertPool()
-	testutil.Eventually(t, converge, poll, func() error {
-		tz, err := hub.Trustz(t.Context())
-		if err != nil {
-			return err
-		}
-		for _, r := range tz.Roots {
-			roots.AppendCertsFromPEM([]byte(r.PEM))
-		}
-		if len(tz.Roots) == 0 {
-			return fmt.Errorf("%s trusts no root yet", hub.ReplicaID())
-		}
-		return nil
-	})
-	return roots
 }
 
 // workloadCertificate has a workload agent of cluster get its certificate

@@ -149,8 +149,14 @@ func TestIngressGatewayHTTP(t *testing.T) {
 
 	// The gateway is a proxy like the others: every type SYNCED.
 	testutil.Eventually(t, converge, poll, func() error { return allSynced(t, hub, gw, backend) })
+	// istioctl's usual way: a token it mints for istio-system/default of
+	// the config cluster, over TLS (envtest runs no controller-manager to
+	// create that account).
+	if err := f.Config().EnsureServiceAccount(ctx, istioNamespace, "default"); err != nil {
+		t.Fatal(err)
+	}
 	testutil.Eventually(t, converge, poll, func() error {
-		out, err := istioctl(t, f, "proxy-status", "--plaintext", "--xds-address", hub.XDSAddr(), "-o", "json")
+		out, err := istioctl(t, f, "proxy-status", "--xds-address", hub.CAAddr(), "-o", "json")
 		if err != nil {
 			return err
 		}

@@ -66,16 +66,25 @@ func deployEcho(t *testing.T, f *framework.Fleet) map[model.ClusterID]*framework
 // clientIn returns an xDS client that lives in cluster id, dialing echo.
 // For an id that is no remote of the fleet, the client lives in no cluster
 // (it sends no CLUSTER_ID: the hub refuses one that names no cluster) and
-// in a region of its own; id still names it.
+// in a region of its own; id still names it. It dials the hub's
+// authenticated port with the certificate of service account
+// demo/client-<id> of its cluster, which a cert agent keeps; a client in no
+// cluster has its certificate from the fleet's first remote cluster (a
+// certificate names a namespace, not a cluster), whose apiserver the
+// outage tests leave up while they create such clients.
 func clientIn(t *testing.T, f *framework.Fleet, hub *framework.Hub, id model.ClusterID) *framework.XDSConn {
 	t.Helper()
 	loc := model.Locality{Region: "elsewhere"}
 	cluster := model.ClusterID("")
+	certs := f.Remotes()[0]
 	if r := f.Remote(id); r != nil {
-		loc, cluster = r.Locality, id
+		loc, cluster, certs = r.Locality, id, r
 	}
+	name := "client-" + string(id)
+	ag := framework.StartTestCertAgent(t, certs, hub, "demo", name)
 	c := framework.NewTestXDSClient(t, framework.ClientOptions{
-		HubAddr: hub.XDSAddr(), Cluster: cluster, Namespace: "demo", Locality: loc, Name: "client-" + string(id),
+		HubAddr: hub.CAAddr(), ServerTLS: true, CertDir: ag.Dir(),
+		Cluster: cluster, Namespace: "demo", Locality: loc, Name: name,
 	})
 	conn, err := c.Dial(echoTarget)
 	if err != nil {

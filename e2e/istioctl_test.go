@@ -136,8 +136,11 @@ func meshFleet(t *testing.T) (*framework.Fleet, []*framework.Hub, map[string][2]
 	}
 	key := gossipKey(t, f)
 	listen := net.Gateway().String()
-	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, ListenHost: listen})
-	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}, ListenHost: listen})
+	// The plaintext xDS port is open for TestIstioctlProxyStatusPlaintext:
+	// istioctl's --plaintext reads a hub whose operator opened it. Every
+	// proxy of the fleet dials the authenticated port.
+	h0 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, ListenHost: listen, PlaintextXDS: true})
+	h1 := framework.StartTestHub(t, f, framework.HubOptions{GossipKeyFile: key, Join: []*framework.Hub{h0}, ListenHost: listen, PlaintextXDS: true})
 	hubs := []*framework.Hub{h0, h1}
 	want := map[string][2]string{}
 	for i, h := range hubs {

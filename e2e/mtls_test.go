@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/x509"
-	"errors"
-	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -13,7 +11,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/meshfed/meshfed/e2e/framework"
-	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
 // TestMTLSAcrossClusters: with the hub's --xds-mtls, a proxyless client in
@@ -26,7 +23,10 @@ func TestMTLSAcrossClusters(t *testing.T) {
 	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
 		t.Fatal(err)
 	}
-	hub := framework.StartTestHub(t, f, framework.HubOptions{Args: []string{"--xds-mtls"}})
+	// The plaintext port is open for one client only: one without
+	// certificates, which can reach no other port, shown to get nothing of
+	// the secure clusters.
+	hub := framework.StartTestHub(t, f, framework.HubOptions{Args: []string{"--xds-mtls"}, PlaintextXDS: true})
 
 	_, roots := waitTrustBundle(t, hub)
 	certs := &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots}
@@ -34,7 +34,7 @@ func TestMTLSAcrossClusters(t *testing.T) {
 	c1, c2 := f.Remote("cluster-1"), f.Remote("cluster-2")
 	w := deployServing(t, c2, framework.WorkloadOptions{
 		Namespace: "demo", Service: "echo", Replicas: 2,
-		XDS: &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: certs},
+		XDS: &framework.XDSWorkloadOptions{HubAddr: hub.CAAddr(), Certs: certs},
 	})
 
 	// The client's own identity: service account demo/client of cluster-1.
@@ -89,24 +89,11 @@ func TestMTLSAcrossClusters(t *testing.T) {
 // as PEM and as a pool.
 func waitTrustBundle(t *testing.T, h *framework.Hub) ([]byte, *x509.CertPool) {
 	t.Helper()
-	var pemBytes []byte
-	pool := x509.NewCertPool()
-	testutil.Eventually(t, converge, poll, func() error {
-		tz, err := h.Trustz(t.Context())
-		if err != nil {
-			return err
-		}
-		if len(tz.Roots) == 0 {
-			return errors.New("empty trust bundle")
-		}
-		pemBytes, pool = nil, x509.NewCertPool()
-		for _, r := range tz.Roots {
-			if !pool.AppendCertsFromPEM([]byte(r.PEM)) {
-				return fmt.Errorf("root %s does not parse", r.Fingerprint)
-			}
-			pemBytes = append(pemBytes, r.PEM...)
-		}
-		return nil
-	})
+	ctx, cancel := context.WithTimeout(t.Context(), converge)
+	defer cancel()
+	pemBytes, pool, err := h.TrustBundle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return pemBytes, pool
 }

@@ -324,7 +324,7 @@ func TestMultiNetwork(t *testing.T) {
 		out, err = framework.Meshfedctl(t, "explain", "--monitoring", hub.MonitoringURL(), "-o", "json",
 			cl.NodeID(), fmt.Sprintf("echo.demo:%d", echoPortHTTP))
 		if err != nil {
-			ps, _ := framework.Meshfedctl(t, "proxy-status", "--hub", hub.XDSAddr())
+			ps, _ := hubCtl(t, hub, "proxy-status")
 			return fmt.Errorf("%w; proxy-status:\n%s", err, ps)
 		}
 		return json.Unmarshal([]byte(out), &x)

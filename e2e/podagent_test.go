@@ -41,21 +41,22 @@ func TestGRPCAgentPod(t *testing.T) {
 	if err := f.Config().PutRemoteSecret(ctx, "remotes", f.Remotes()...); err != nil {
 		t.Fatal(err)
 	}
-	// The CA's certificate names the address the bootstrap dials.
-	hub := framework.StartTestHub(t, f, framework.HubOptions{Args: []string{"--xds-mtls", "--xds-san=127.0.0.1"}})
+	// The CA's certificate names the address the bootstrap dials (the
+	// framework passes --xds-san with the hub's listen host).
+	hub := framework.StartTestHub(t, f, framework.HubOptions{Args: []string{"--xds-mtls"}})
 	rootsPEM, roots := waitTrustBundle(t, hub)
 
 	c1, c2 := f.Remote("cluster-1"), f.Remote("cluster-2")
 	w := deployServing(t, c2, framework.WorkloadOptions{
 		Namespace: "demo", Service: "echo", Replicas: 2,
-		XDS: &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots}},
+		XDS: &framework.XDSWorkloadOptions{HubAddr: hub.CAAddr(), Certs: &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots}},
 	})
 
 	// The client Pod, injected by the spoke's injector with the values the
 	// spoke chart would give it.
 	cfg, err := inject.NewConfig(inject.ConfigFile{Templates: inject.BuiltinTemplates()}, map[string]any{
 		"clusterID": string(c1.ID), "trustDomain": "cluster.local", "domainSuffix": "cluster.local",
-		"discoveryAddress": hub.XDSAddr(), "caAddress": hub.CAAddr(),
+		"discoveryAddress": hub.CAAddr(), "caAddress": hub.CAAddr(),
 		"proxy": map[string]any{"image": "unused"}, "agent": map[string]any{"image": "meshfed-agent"},
 	})
 	if err != nil {

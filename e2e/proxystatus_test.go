@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,7 +50,7 @@ func TestFleetProxyStatus(t *testing.T) {
 	}
 
 	listed := func(via *framework.Hub) (proxyJSON, error) {
-		out, err := framework.Meshfedctl(t, "proxy-status", "--hub", via.XDSAddr(), "-o", "json")
+		out, err := hubCtl(t, via, "proxy-status", "-o", "json")
 		if err != nil {
 			return proxyJSON{}, err
 		}
@@ -80,7 +81,7 @@ func TestFleetProxyStatus(t *testing.T) {
 		}
 		return nil
 	})
-	table, err := framework.Meshfedctl(t, "proxy-status", "--hub", h1.XDSAddr())
+	table, err := hubCtl(t, h1, "proxy-status")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestFleetProxyStatus(t *testing.T) {
 			Id:       xdsnode.SidecarID("10.250.0.9", "nacker", "demo", model.DefaultDomainSuffix),
 			Metadata: xdsnode.Metadata{ClusterID: "cluster-2"}.Struct(),
 		}
-		w := framework.NewTestADSWatcher(t, h1.XDSAddr(), node)
+		w := authenticatedWatcher(t, h1, f.Remote("cluster-2"), "nacker", node)
 		name := xdsgen.ClusterName(echoHost, 8080)
 		if err := w.WatchEDS(name); err != nil {
 			t.Fatal(err)
@@ -108,7 +109,7 @@ func TestFleetProxyStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		testutil.Eventually(t, converge, poll, func() error {
-			out, err := framework.Meshfedctl(t, "proxy-status", "--hub", h0.XDSAddr(), "nacker.demo")
+			out, err := hubCtl(t, h0, "proxy-status", "nacker.demo")
 			if err != nil {
 				return err
 			}
@@ -140,4 +141,25 @@ func TestFleetProxyStatus(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// hubCtl runs meshfedctl's command args[0] with args[1:] against hub's
+// authenticated xDS port, as an operator with a token of the config
+// cluster (Hub.CtlArgs).
+func hubCtl(t *testing.T, hub *framework.Hub, args ...string) (string, error) {
+	t.Helper()
+	creds, err := hub.CtlArgs(t.Context())
+	if err != nil {
+		return "", err
+	}
+	return framework.Meshfedctl(t, slices.Concat(args[:1], creds, args[1:])...)
+}
+
+// authenticatedWatcher opens an ADS watcher as node (of namespace demo) on
+// hub's authenticated port, with the certificate of service account
+// demo/sa of c that a cert agent keeps.
+func authenticatedWatcher(t *testing.T, hub *framework.Hub, c *framework.RemoteCluster, sa string, node *corev3.Node) *framework.ADSWatcher {
+	t.Helper()
+	dial := framework.AuthenticatedDial(t, framework.StartTestCertAgent(t, c, hub, "demo", sa))
+	return framework.NewTestADSWatcher(t, hub.CAAddr(), node, dial)
 }

@@ -76,7 +76,7 @@ func TestRootRotation(t *testing.T) {
 	w := deployServing(t, c2, framework.WorkloadOptions{
 		Namespace: "demo", Service: "echo", Replicas: 1,
 		XDS: &framework.XDSWorkloadOptions{
-			HubAddr:          hub0.XDSAddr(),
+			HubAddr:          hub0.CAAddr(),
 			Certs:            &framework.CertOptions{CAAddr: hub0.CAAddr(), CARoots: caRoots, TTL: leafTTL},
 			MaxConnectionAge: 500 * time.Millisecond,
 		},
@@ -93,8 +93,8 @@ func TestRootRotation(t *testing.T) {
 	}
 	t.Cleanup(ag.Stop)
 	client := framework.NewTestXDSClient(t, framework.ClientOptions{
-		HubAddr: hub1.XDSAddr(), Cluster: c1.ID, Namespace: "demo", Locality: c1.Locality,
-		Name: "client", CertDir: ag.Dir(),
+		HubAddr: hub1.CAAddr(), ServerTLS: true, CertDir: ag.Dir(),
+		Cluster: c1.ID, Namespace: "demo", Locality: c1.Locality, Name: "client",
 	})
 	conn, err := client.Dial(w.Target())
 	if err != nil {

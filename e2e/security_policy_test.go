@@ -166,7 +166,7 @@ func TestProxylessSecurityPolicy(t *testing.T) {
 	c1 := f.Remote("cluster-1")
 	w := deployServing(t, c1, framework.WorkloadOptions{
 		Namespace: "demo", Service: "echo", Replicas: 1,
-		XDS: &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: certs},
+		XDS: &framework.XDSWorkloadOptions{HubAddr: hub.CAAddr(), Certs: certs},
 	})
 	client := dialXDS(t, certClientOptions(t, c1, hub, certs, "client"), w.Target())
 	other := dialXDS(t, certClientOptions(t, c1, hub, certs, "other"), w.Target())

@@ -98,8 +98,10 @@ func TestServiceEntryProxyless(t *testing.T) {
 	// with the Pod rather than standing by for it.
 	applyIstio(t, f, serviceEntries(static.Addr().Port(), dns.Addr().Port(), vm.Addr().Port(), strings.TrimRight(r.Locality.String(), "/")))
 
+	ag := framework.StartTestCertAgent(t, r, hub, "demo", "client")
 	client := framework.NewTestXDSClient(t, framework.ClientOptions{
-		HubAddr: hub.XDSAddr(), Cluster: r.ID, Namespace: "demo", Locality: r.Locality, Name: "client",
+		HubAddr: hub.CAAddr(), ServerTLS: true, CertDir: ag.Dir(),
+		Cluster: r.ID, Namespace: "demo", Locality: r.Locality, Name: "client",
 	})
 	dial := func(target string) *framework.XDSConn {
 		t.Helper()

@@ -50,7 +50,7 @@ func waitReady(t *testing.T, sidecars ...*framework.Sidecar) {
 
 // proxyIDs lists the proxies (node IDs) in `meshfedctl proxy-status` of hub.
 func proxyIDs(t *testing.T, hub *framework.Hub) ([]string, proxyJSON, error) {
-	out, err := framework.Meshfedctl(t, "proxy-status", "--hub", hub.XDSAddr(), "-o", "json")
+	out, err := hubCtl(t, hub, "proxy-status", "-o", "json")
 	if err != nil {
 		return nil, proxyJSON{}, err
 	}
@@ -567,7 +567,8 @@ func TestSidecarProtocols(t *testing.T) {
 	}
 	t.Cleanup(ag.Stop)
 	pl := framework.NewTestXDSClient(t, framework.ClientOptions{
-		HubAddr: hub.XDSAddr(), Cluster: r.ID, Namespace: "demo", Locality: r.Locality, Name: "proxyless", CertDir: ag.Dir(),
+		HubAddr: hub.CAAddr(), ServerTLS: true, CertDir: ag.Dir(),
+		Cluster: r.ID, Namespace: "demo", Locality: r.Locality, Name: "proxyless",
 	})
 	conn, err := pl.Dial(grpcW.Target())
 	if err != nil {

@@ -39,7 +39,8 @@ func certClientOptions(t *testing.T, c *framework.RemoteCluster, hub *framework.
 	}
 	t.Cleanup(ag.Stop)
 	return framework.ClientOptions{
-		HubAddr: hub.XDSAddr(), Cluster: c.ID, Namespace: "demo", Locality: c.Locality, Name: sa, CertDir: ag.Dir(),
+		HubAddr: hub.CAAddr(), ServerTLS: true, CertDir: ag.Dir(),
+		Cluster: c.ID, Namespace: "demo", Locality: c.Locality, Name: sa,
 	}
 }
 

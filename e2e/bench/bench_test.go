@@ -271,7 +271,7 @@ func benchHeap(b *testing.B, n int) {
 	if err := f.Config().PutRemoteSecret(ctx, "bench-remote", r); err != nil {
 		b.Fatal(err)
 	}
-	hub := framework.StartTestHub(b, f, framework.HubOptions{})
+	hub := framework.StartTestHub(b, f, framework.HubOptions{PlaintextXDS: true})
 	waitSynced(b, ctx, hub, r.ID)
 
 	watcher := framework.NewTestADSWatcher(b, hub.XDSAddr(), watcherNode(r, "heap-watcher"))

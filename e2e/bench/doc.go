@@ -19,6 +19,13 @@
 // run (ratios, the two sides of a sub-benchmark pair) rather than with
 // absolute targets. Nothing here asserts a timing.
 //
+// The benchmarks' streams dial the hubs' plaintext xDS port
+// (framework.HubOptions.PlaintextXDS), which hubs keep closed by default:
+// istiod is read on its plaintext 15010 beside meshfed, and the same port
+// on both sides keeps the TLS handshakes of thousands of streams out of
+// figures that compare control planes. The e2e tests cover the
+// authenticated port.
+//
 // # BenchmarkEndpointConvergence
 //
 // How long an EndpointSlice change in a remote cluster takes to reach a

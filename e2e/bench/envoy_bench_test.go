@@ -143,7 +143,7 @@ type mixClientSet interface {
 func (m *mix) run(b *testing.B, connect func(*testing.B, *framework.Hub) mixClientSet) {
 	ctx, cancel := context.WithTimeout(b.Context(), mixBudget)
 	defer cancel()
-	hub := framework.StartTestHub(b, m.fleet, framework.HubOptions{})
+	hub := framework.StartTestHub(b, m.fleet, framework.HubOptions{PlaintextXDS: true})
 	waitSynced(b, ctx, hub, m.remote.ID)
 	if err := testutil.Poll(ctx, settleTimeout, 100*time.Millisecond, func() error {
 		// At least: the apiserver's own Service "kubernetes" counts too.

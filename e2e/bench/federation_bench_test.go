@@ -31,7 +31,7 @@ func startReplicas(b *testing.B, f *framework.Fleet, n int, args []string) []*fr
 	}
 	var hubs []*framework.Hub
 	for i := range n {
-		opts := framework.HubOptions{GossipKeyFile: key, Args: args}
+		opts := framework.HubOptions{GossipKeyFile: key, Args: args, PlaintextXDS: true}
 		if i > 0 {
 			opts.Join = hubs[:1]
 		}
@@ -160,7 +160,7 @@ func BenchmarkFailover(b *testing.B) {
 			synced = append(synced, time.Since(start))
 			// Replace the victim for the next run.
 			fresh := framework.StartTestHub(b, f, framework.HubOptions{
-				GossipKeyFile: victim.Options().GossipKeyFile, Join: survivors[:1],
+				GossipKeyFile: victim.Options().GossipKeyFile, Join: survivors[:1], PlaintextXDS: true,
 			})
 			hubs = append(survivors, fresh)
 		}

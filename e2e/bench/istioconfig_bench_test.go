@@ -99,7 +99,7 @@ func BenchmarkVirtualServiceChange(b *testing.B) {
 	if err := split.create(ctx); err != nil {
 		b.Fatal(err)
 	}
-	hub := framework.StartTestHub(b, f, framework.HubOptions{})
+	hub := framework.StartTestHub(b, f, framework.HubOptions{PlaintextXDS: true})
 	for _, r := range f.Remotes() {
 		waitSynced(b, ctx, hub, r.ID)
 	}

@@ -86,7 +86,7 @@ func startMeshfed(b *testing.B, f *framework.Fleet, n int, bin string) controlPl
 	}
 	p := &meshfedPlane{}
 	for i := range n {
-		opts := framework.HubOptions{ReplicaID: fmt.Sprintf("scale-%d", i), Args: args, Binary: bin}
+		opts := framework.HubOptions{ReplicaID: fmt.Sprintf("scale-%d", i), Args: args, Binary: bin, PlaintextXDS: true}
 		if i > 0 {
 			opts.Join = p.hubs[:1]
 		}

@@ -57,14 +57,19 @@ type ADSWatcher struct {
 // the watcher stops reading the stream (after ACKing) until there is room.
 const ADSWatcherBuffer = 4096
 
-// NewADSWatcher opens an ADS stream to hubAddr (plaintext) as node. ctx
-// bounds the stream's whole life; Close ends it earlier. Subscribe with
-// WatchEDS.
-func NewADSWatcher(ctx context.Context, hubAddr string, node *corev3.Node) (*ADSWatcher, error) {
+// NewADSWatcher opens an ADS stream to hubAddr as node, dialed with
+// dialOpts: for the hub's authenticated port (Hub.CAAddr),
+// grpc.WithTransportCredentials of a CertAgent of the node's namespace;
+// none dials plaintext (HubOptions.PlaintextXDS). ctx bounds the stream's
+// whole life; Close ends it earlier. Subscribe with WatchEDS.
+func NewADSWatcher(ctx context.Context, hubAddr string, node *corev3.Node, dialOpts ...grpc.DialOption) (*ADSWatcher, error) {
 	if node == nil || node.GetId() == "" {
 		return nil, errors.New("framework: ADS watcher needs a node with an ID")
 	}
-	conn, err := grpc.NewClient(hubAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if len(dialOpts) == 0 {
+		dialOpts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	conn, err := grpc.NewClient(hubAddr, dialOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("framework: ADS watcher: dialing %s: %w", hubAddr, err)
 	}

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"sync"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -213,6 +215,23 @@ func (c *Cluster) EnsureServiceAccount(ctx context.Context, ns, name string) err
 		return fmt.Errorf("framework: creating service account %s/%s in %s: %w", ns, name, c.name, err)
 	}
 	return nil
+}
+
+// ServiceAccountToken returns a TokenRequest token of service account
+// ns/sa (which must exist) for audience, valid for an hour.
+func (c *Cluster) ServiceAccountToken(ctx context.Context, ns, sa, audience string) (string, error) {
+	cs, err := kubernetes.NewForConfig(c.RESTConfig())
+	if err != nil {
+		return "", err
+	}
+	ttl := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: &ttl},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("framework: token of %s/%s in %s: %w", ns, sa, c.name, err)
+	}
+	return tr.Status.Token, nil
 }
 
 // ConfigCluster is the cluster the hub reads its remote secrets from.

@@ -43,10 +43,15 @@
 //	hub := framework.StartTestHub(t, f, framework.HubOptions{ReplicaID: "hub-0"})
 //
 // Send traffic through the hub from a client in cluster-1, and wait (never
-// sleep) until it reaches both clusters:
+// sleep) until it reaches both clusters. The client dials the hub's
+// authenticated port (its CA's, like istiod's 15012) over mutual TLS with
+// the certificate a cert agent keeps for demo/client-0; the plaintext port
+// is closed unless HubOptions.PlaintextXDS opens it:
 //
+//	ag := framework.StartTestCertAgent(t, r1, hub, "demo", "client-0")
 //	c := framework.NewTestXDSClient(t, framework.ClientOptions{
-//		HubAddr: hub.XDSAddr(), Cluster: r1.ID, Namespace: "demo", Name: "client-0", Locality: r1.Locality})
+//		HubAddr: hub.CAAddr(), ServerTLS: true, CertDir: ag.Dir(),
+//		Cluster: r1.ID, Namespace: "demo", Name: "client-0", Locality: r1.Locality})
 //	conn, err := c.Dial(w1.Target()) // xds:///echo.demo.svc.cluster.local:8080
 //	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 //		counts, err := conn.Spread(ctx, 50)

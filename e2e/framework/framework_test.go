@@ -488,7 +488,7 @@ func testKubeconfigs(t *testing.T, f *Fleet) {
 func testHubProcess(t *testing.T, f *Fleet, out *syncBuffer) {
 	ctx := t.Context()
 	env := []string{stubHubEnv + "=1"}
-	h, err := f.StartHub(ctx, HubOptions{ReplicaID: "stub-0", Args: []string{"--extra=yes"}, Env: env})
+	h, err := f.StartHub(ctx, HubOptions{ReplicaID: "stub-0", Args: []string{"--extra=yes"}, Env: env, PlaintextXDS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,7 +552,7 @@ func testHubProcess(t *testing.T, f *Fleet, out *syncBuffer) {
 	}
 
 	// Kill, and a restart on the same addresses.
-	h2, err := f.StartHub(ctx, HubOptions{ReplicaID: "stub-1", Env: env})
+	h2, err := f.StartHub(ctx, HubOptions{ReplicaID: "stub-1", Env: env, PlaintextXDS: true})
 	if err != nil {
 		t.Fatal(err)
 	}

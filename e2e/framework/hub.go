@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,9 +32,17 @@ type HubOptions struct {
 	Args []string
 	// Env is extra environment (KEY=value) on top of the test process's.
 	Env []string
+	// PlaintextXDS opens the hub's plaintext, unauthenticated xDS port
+	// (--xds-addr), which the hub and its chart keep closed by default.
+	// Proxies and clients dial the authenticated port, CAAddr, as in a
+	// cluster; a test opens this one only where it says why (load
+	// generators whose hundreds of streams measure the control plane, not
+	// TLS handshakes; baselines of other builds). Pinning XDSAddr, or
+	// running another Binary, opens it too.
+	PlaintextXDS bool
 	// XDSAddr and MonitoringAddr pin the listen addresses, for example to
 	// restart a replica where its clients expect it. Default: a free port
-	// on ListenHost each.
+	// on ListenHost each (XDSAddr only with PlaintextXDS).
 	XDSAddr, MonitoringAddr string
 	// GossipAddr and PeerAddr pin the federation listen addresses, CAAddr
 	// the workload CA's. Default: a free port on ListenHost each.
@@ -67,13 +76,18 @@ type Hub struct {
 	xdsAddr    string
 	monAddr    string
 	http       *http.Client
+	fleet      *Fleet
+
+	opMu sync.Mutex // operator credentials (xdsauth.go)
+	op   *operator
 	*process
 }
 
 // StartHub starts a meshfed-hub process with
 //
 //	--kubeconfig=<config cluster kubeconfig> --namespace=istio-system
-//	--xds-addr=<XDSAddr> --monitoring-addr=<MonitoringAddr> --replica-id=<id>
+//	--monitoring-addr=<MonitoringAddr> --replica-id=<id> --ca-addr=<CAAddr>
+//	--xds-san=<host of CAAddr> (and --xds-addr=<XDSAddr> with PlaintextXDS)
 //
 // followed by opts.Args. It returns once the process runs; call WaitReady
 // before using it. The process is in its own process group and is killed
@@ -96,7 +110,13 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		opts.ReplicaID = fmt.Sprintf("hub-%d", len(f.hubs))
 	}
 	f.mu.Unlock()
-	ports := []*string{&opts.XDSAddr, &opts.MonitoringAddr, &opts.GossipAddr, &opts.PeerAddr, &opts.CAAddr}
+	if opts.XDSAddr != "" || opts.Binary != "" {
+		opts.PlaintextXDS = true
+	}
+	ports := []*string{&opts.MonitoringAddr, &opts.GossipAddr, &opts.PeerAddr, &opts.CAAddr}
+	if opts.PlaintextXDS {
+		ports = append(ports, &opts.XDSAddr)
+	}
 	var preset []string
 	for _, a := range ports {
 		if *a != "" {
@@ -116,17 +136,22 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 	args := []string{
 		"--kubeconfig=" + f.config.KubeconfigFile(),
 		"--namespace=" + RemoteSecretNamespace,
-		"--xds-addr=" + opts.XDSAddr,
 		"--monitoring-addr=" + opts.MonitoringAddr,
 		"--replica-id=" + opts.ReplicaID,
 		"--gossip-addr=" + opts.GossipAddr,
 		"--peer-addr=" + opts.PeerAddr,
 		"--ca-addr=" + opts.CAAddr,
 	}
+	if opts.PlaintextXDS { // else the binary's default: closed
+		args = append(args, "--xds-addr="+opts.XDSAddr)
+	}
 	if opts.Binary == "" {
-		// Another build (a benchmark's baseline) may predate the flag
-		// and the authentication it turns off.
-		args = append(args, "--debug-auth="+strconv.FormatBool(opts.DebugAuth))
+		// Another build (a benchmark's baseline) may predate these flags
+		// and the authentication the first turns off. The second certifies
+		// the CA port for the address clients dial, as a deployment names
+		// the address its proxies use.
+		host, _, _ := net.SplitHostPort(opts.CAAddr)
+		args = append(args, "--debug-auth="+strconv.FormatBool(opts.DebugAuth), "--xds-san="+host)
 	}
 	args = append(args, opts.Args...)
 	if len(opts.Join) > 0 {
@@ -145,7 +170,7 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 	}
 	h := &Hub{
 		id: opts.ReplicaID, xdsAddr: opts.XDSAddr, monAddr: opts.MonitoringAddr,
-		gossipAddr: opts.GossipAddr, peerAddr: opts.PeerAddr, opts: opts, process: proc,
+		gossipAddr: opts.GossipAddr, peerAddr: opts.PeerAddr, opts: opts, process: proc, fleet: f,
 		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 	}
 
@@ -211,7 +236,8 @@ func (h *Hub) Federationz(ctx context.Context) (*debugdoc.Federationz, error) {
 	return fz, nil
 }
 
-// XDSAddr returns the host:port of the hub's xDS (ADS) server.
+// XDSAddr returns the host:port of the hub's plaintext xDS (ADS) server,
+// empty unless HubOptions.PlaintextXDS opened it. Clients dial CAAddr.
 func (h *Hub) XDSAddr() string { return h.xdsAddr }
 
 // MonitoringURL returns the base URL of the hub's monitoring server

@@ -19,9 +19,6 @@ import (
 	xdscreds "google.golang.org/grpc/credentials/xds"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/xds"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshfed/meshfed/pkg/agent"
 	"github.com/meshfed/meshfed/pkg/model"
@@ -103,19 +100,8 @@ func (r *RemoteCluster) StartCertAgent(ctx context.Context, ns, sa, dir string, 
 	if opts.TTL == 0 {
 		opts.TTL = time.Hour
 	}
-	cs, err := kubernetes.NewForConfig(r.RESTConfig())
-	if err != nil {
-		return nil, err
-	}
 	token := func(ctx context.Context) (string, error) {
-		ttl := int64(3600)
-		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{CertAudience}, ExpirationSeconds: &ttl},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return "", err
-		}
-		return tr.Status.Token, nil
+		return r.ServiceAccountToken(ctx, ns, sa, CertAudience)
 	}
 	a, err := agent.New(agent.Options{
 		CAAddr: opts.CAAddr, CARoots: opts.CARoots, ServerName: opts.ServerName,
@@ -156,6 +142,10 @@ func (a *CertAgent) Stop() {
 type XDSServerOptions struct {
 	// HubAddr is the hub's xDS address. Required.
 	HubAddr string
+	// ServerTLS dials HubAddr, the hub's authenticated port (Hub.CAAddr),
+	// over mutual TLS with the certificate in CertDir, as meshfed-agent's
+	// bootstraps do; without it HubAddr is the plaintext port.
+	ServerTLS bool
 	// Cluster, Namespace and Pod describe the replica (node ID, metadata).
 	Cluster   model.ClusterID
 	Namespace string
@@ -191,6 +181,7 @@ func StartXDSEchoServer(opts XDSServerOptions) (*EchoServer, error) {
 	ap, _ := netip.ParseAddrPort(l.(*podListener).Listener.Addr().String())
 	bs, err := xdsnode.Bootstrap{
 		ServerURI:           opts.HubAddr,
+		ServerTLS:           opts.ServerTLS,
 		NodeID:              xdsnode.SidecarID(opts.PodIP.String(), opts.Pod, opts.Namespace, model.DefaultDomainSuffix),
 		Metadata:            xdsnode.Metadata{ClusterID: opts.Cluster, Namespace: opts.Namespace},
 		CertDir:             opts.CertDir,

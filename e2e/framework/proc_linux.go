@@ -4,7 +4,9 @@ package framework
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -176,4 +178,45 @@ func ProcessSyscalls(pid int) (reads, writes uint64, err error) {
 		return 0, 0, fmt.Errorf("framework: no syscr and syscw in /proc/%d/io", pid)
 	}
 	return reads, writes, nil
+}
+
+// ListeningTCPPorts returns the TCP ports process pid listens on (IPv4
+// and IPv6), from its socket descriptors and /proc/net/tcp{,6}, sorted.
+func ListeningTCPPorts(pid int) ([]int, error) {
+	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(fdDir)
+	if err != nil {
+		return nil, fmt.Errorf("framework: %w", err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink(fdDir + "/" + fd.Name())
+		if err != nil {
+			continue // closed since the listing
+		}
+		if inode, ok := strings.CutPrefix(target, "socket:["); ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	ports := map[int]bool{}
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			return nil, fmt.Errorf("framework: %w", err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] { // 0A: LISTEN
+				continue
+			}
+			_, hexPort, _ := strings.Cut(f[1], ":")
+			port, err := strconv.ParseUint(hexPort, 16, 16)
+			if err != nil {
+				return nil, fmt.Errorf("framework: /proc/%d/net/%s: local address %q", pid, table, f[1])
+			}
+			ports[int(port)] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(ports)), nil
 }

@@ -47,3 +47,8 @@ func ProcessRSS(pid int) (uint64, error) {
 func ProcessSyscalls(pid int) (reads, writes uint64, err error) {
 	return 0, 0, errors.New("framework: system call counts are read from /proc, Linux only")
 }
+
+// ListeningTCPPorts is only implemented on Linux (/proc).
+func ListeningTCPPorts(pid int) ([]int, error) {
+	return nil, errors.New("framework: listening ports are read from /proc, Linux only")
+}

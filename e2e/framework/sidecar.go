@@ -68,13 +68,14 @@ const SidecarStopGrace = 10 * time.Second
 type SidecarXDS int
 
 const (
-	// SidecarXDSPlaintext dials the hub's plaintext xDS port with
-	// controlPlaneAuthPolicy NONE (unauthenticated; in-cluster and tests).
-	SidecarXDSPlaintext SidecarXDS = iota
 	// SidecarXDSTLS dials SidecarOptions.XDSTLSAddr with Istio's default,
 	// controlPlaneAuthPolicy MUTUAL_TLS: the workload certificate as the
-	// client certificate, the hub verified as HubServiceName.
-	SidecarXDSTLS
+	// client certificate, the hub verified as HubServiceName. The default.
+	SidecarXDSTLS SidecarXDS = iota
+	// SidecarXDSPlaintext dials the hub's plaintext xDS port
+	// (HubOptions.PlaintextXDS) with controlPlaneAuthPolicy NONE:
+	// unauthenticated, for a test that says why.
+	SidecarXDSPlaintext
 )
 
 // SidecarOptions describe one sidecar Pod.
@@ -104,7 +105,8 @@ type SidecarOptions struct {
 	// Default: the workload's target port, if any.
 	AppPorts []uint16
 	// XDS chooses the xDS transport; XDSTLSAddr is the hub's TLS xDS
-	// address (its port is used with HubServiceName) for SidecarXDSTLS.
+	// address (its port is used with HubServiceName) for SidecarXDSTLS,
+	// default Hub.CAAddr().
 	XDS        SidecarXDS
 	XDSTLSAddr string
 	// PilotAgentBinary, EnvoyBinary and BootstrapTemplate are required;
@@ -137,8 +139,11 @@ func (o *SidecarOptions) defaults() error {
 		return errors.New("framework: SidecarOptions.Name is empty")
 	case o.PilotAgentBinary == "" || o.EnvoyBinary == "" || o.BootstrapTemplate == "":
 		return errors.New("framework: SidecarOptions needs PilotAgentBinary, EnvoyBinary and BootstrapTemplate")
-	case o.XDS == SidecarXDSTLS && o.XDSTLSAddr == "":
-		return errors.New("framework: SidecarXDSTLS needs XDSTLSAddr")
+	case o.XDS == SidecarXDSPlaintext && o.Hub.XDSAddr() == "":
+		return fmt.Errorf("framework: SidecarXDSPlaintext needs hub %s started with HubOptions.PlaintextXDS", o.Hub.ReplicaID())
+	}
+	if o.XDSTLSAddr == "" {
+		o.XDSTLSAddr = o.Hub.CAAddr()
 	}
 	if o.Namespace == "" {
 		o.Namespace = "default"
@@ -244,9 +249,9 @@ func (f *Fleet) StartSidecar(ctx context.Context, opts SidecarOptions) (_ *Sidec
 	return s, nil
 }
 
-// hubHost is the address part of the hub's xDS listen address.
+// hubHost is the address part of the hub's listen addresses.
 func hubHost(h *Hub) netip.Addr {
-	ap, err := netip.ParseAddrPort(h.XDSAddr())
+	ap, err := netip.ParseAddrPort(h.CAAddr())
 	if err != nil {
 		return netip.Addr{}
 	}
@@ -270,13 +275,13 @@ func injectedPod(opts SidecarOptions) (*corev1.Pod, error) {
 	hub := hubHost(opts.Hub)
 	if !podNetworkPrefix.Contains(hub) { // segments route the bridge's prefix too
 		return nil, fmt.Errorf("framework: hub %s listens on %s, which Pods cannot reach; start it with HubOptions.ListenHost %s",
-			opts.Hub.ReplicaID(), opts.Hub.XDSAddr(), PodNetworkGateway)
+			opts.Hub.ReplicaID(), opts.Hub.CAAddr(), PodNetworkGateway)
 	}
 	values := map[string]any{
 		"clusterID":        string(opts.Cluster.ID),
 		"trustDomain":      "cluster.local",
 		"domainSuffix":     opts.Cluster.domainSuffix(),
-		"discoveryAddress": net.JoinHostPort(HubServiceName, addrPort(opts.Hub.XDSAddr())),
+		"discoveryAddress": net.JoinHostPort(HubServiceName, addrPort(opts.XDSTLSAddr)),
 		"caAddress":        net.JoinHostPort(HubServiceName, addrPort(opts.Hub.CAAddr())),
 		"proxy":            map[string]any{"image": "e2e.meshfed.io/istio-proxy:local"},
 		"agent":            map[string]any{"image": "e2e.meshfed.io/meshfed-agent:local"},

@@ -77,8 +77,8 @@ func TestSidecarAgentEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k, want := range map[string]any{
-		"discoveryAddress":           "istiod.istio-system.svc:15010",
-		"controlPlaneAuthPolicy":     "NONE",
+		"discoveryAddress":           "istiod.istio-system.svc:15012",
+		"controlPlaneAuthPolicy":     "MUTUAL_TLS",
 		"binaryPath":                 "/bin/envoy",
 		"configPath":                 "/pods/p/etc/istio/proxy",
 		"proxyBootstrapTemplatePath": "/bin/tmpl.json",
@@ -94,11 +94,12 @@ func TestSidecarAgentEnv(t *testing.T) {
 	}
 }
 
-// TestSidecarTLSOption: SidecarXDSTLS switches pilot-agent to Istio's
-// default, mutual TLS, on the hub's TLS port under the hub's Service name.
-func TestSidecarTLSOption(t *testing.T) {
+// TestSidecarPlaintextOption: SidecarXDSPlaintext switches pilot-agent from
+// Istio's default (mutual TLS to the CA port) to the hub's plaintext port,
+// which it refuses when the hub did not open one.
+func TestSidecarPlaintextOption(t *testing.T) {
 	s, pod, proxy := testSidecar(t)
-	s.opts.XDS, s.opts.XDSTLSAddr = SidecarXDSTLS, "198.18.0.1:15012"
+	s.opts.XDS = SidecarXDSPlaintext
 	env, err := s.agentEnv(pod, proxy)
 	if err != nil {
 		t.Fatal(err)
@@ -107,8 +108,13 @@ func TestSidecarTLSOption(t *testing.T) {
 	if err := json.Unmarshal([]byte(lookupEnv(env, "PROXY_CONFIG")), &pc); err != nil {
 		t.Fatal(err)
 	}
-	if pc["controlPlaneAuthPolicy"] != "MUTUAL_TLS" || pc["discoveryAddress"] != "istiod.istio-system.svc:15012" {
-		t.Errorf("PROXY_CONFIG %v: want MUTUAL_TLS to istiod.istio-system.svc:15012", pc)
+	if pc["controlPlaneAuthPolicy"] != "NONE" || pc["discoveryAddress"] != "istiod.istio-system.svc:15010" {
+		t.Errorf("PROXY_CONFIG %v: want NONE to istiod.istio-system.svc:15010", pc)
+	}
+	closed := s.opts
+	closed.Hub = &Hub{id: "hub-1", opts: HubOptions{CAAddr: "198.18.0.1:15012"}}
+	if err := closed.defaults(); err == nil {
+		t.Error("SidecarXDSPlaintext accepted a hub without a plaintext port")
 	}
 }
 

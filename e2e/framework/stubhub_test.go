@@ -50,7 +50,8 @@ func runStubHub(args []string) int {
 	extra := fs.String("extra", "", "")
 	gossipAddr := fs.String("gossip-addr", "", "")
 	peerAddr := fs.String("peer-addr", "", "")
-	_ = fs.String("ca-addr", "", "")
+	caAddr := fs.String("ca-addr", "", "")
+	xdsSAN := fs.String("xds-san", "", "")
 	debugAuth := fs.Bool("debug-auth", true, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -71,11 +72,16 @@ func runStubHub(args []string) int {
 	if *gossipAddr == "" || *peerAddr == "" {
 		return fail(fmt.Errorf("federation addresses not passed: gossip %q peer %q", *gossipAddr, *peerAddr))
 	}
-	xl, err := net.Listen("tcp", *xdsAddr)
-	if err != nil {
-		return fail(err)
+	if host, _, _ := net.SplitHostPort(*caAddr); host == "" || *xdsSAN != host {
+		return fail(fmt.Errorf("--xds-san %q does not name the host of --ca-addr %q, which clients dial", *xdsSAN, *caAddr))
 	}
-	defer xl.Close()
+	if *xdsAddr != "" { // HubOptions.PlaintextXDS
+		xl, err := net.Listen("tcp", *xdsAddr)
+		if err != nil {
+			return fail(err)
+		}
+		defer xl.Close()
+	}
 	ml, err := net.Listen("tcp", *monAddr)
 	if err != nil {
 		return fail(err)

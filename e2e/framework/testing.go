@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc"
 )
 
 // Environment variables read by the test helpers (and nowhere else in the
@@ -224,6 +225,41 @@ func StartTestHub(t testing.TB, f *Fleet, opts HubOptions) *Hub {
 	return h
 }
 
+// StartTestCertAgent starts a certificate agent for service account ns/sa
+// of r (created if missing) whose certificates hub's CA signs, in a
+// directory of the test's, stopped in t.Cleanup. Its Dir is a proxyless
+// client's CertDir; its TransportCredentials dial the hub's authenticated
+// port.
+func StartTestCertAgent(t testing.TB, r *RemoteCluster, hub *Hub, ns, sa string) *CertAgent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := r.EnsureServiceAccount(ctx, ns, sa); err != nil {
+		t.Fatalf("%v", err)
+	}
+	_, roots, err := hub.TrustBundle(ctx)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	a, err := r.StartCertAgent(ctx, ns, sa, t.TempDir(), CertOptions{CAAddr: hub.CAAddr(), CARoots: roots})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(a.Stop)
+	return a
+}
+
+// AuthenticatedDial is the dial option of a caller of the hub's
+// authenticated port with a's certificate, failing the test on error.
+func AuthenticatedDial(t testing.TB, a *CertAgent) grpc.DialOption {
+	t.Helper()
+	creds, err := a.TransportCredentials()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return grpc.WithTransportCredentials(creds)
+}
+
 // NewTestXDSClient creates an xDS client closed in t.Cleanup.
 func NewTestXDSClient(t testing.TB, opts ClientOptions) *XDSClient {
 	t.Helper()
@@ -235,12 +271,13 @@ func NewTestXDSClient(t testing.TB, opts ClientOptions) *XDSClient {
 	return c
 }
 
-// NewTestADSWatcher opens an ADS watcher closed in t.Cleanup.
-func NewTestADSWatcher(t testing.TB, hubAddr string, node *corev3.Node) *ADSWatcher {
+// NewTestADSWatcher opens an ADS watcher closed in t.Cleanup (see
+// NewADSWatcher for dialOpts).
+func NewTestADSWatcher(t testing.TB, hubAddr string, node *corev3.Node, dialOpts ...grpc.DialOption) *ADSWatcher {
 	t.Helper()
 	// Not t.Context(): that is cancelled before cleanups run, and the
 	// stream should end by Close, not by surprise.
-	w, err := NewADSWatcher(context.WithoutCancel(t.Context()), hubAddr, node)
+	w, err := NewADSWatcher(context.WithoutCancel(t.Context()), hubAddr, node, dialOpts...)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}

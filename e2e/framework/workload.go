@@ -65,12 +65,16 @@ type WorkloadOptions struct {
 
 // XDSWorkloadOptions make a workload's replicas xDS-enabled gRPC servers.
 type XDSWorkloadOptions struct {
-	// HubAddr is the hub's xDS address. Required.
+	// HubAddr is the hub's xDS address: with Certs its authenticated port
+	// (Hub.CAAddr), which every replica dials over mutual TLS with its own
+	// certificate; without, its plaintext port (HubOptions.PlaintextXDS).
+	// Required.
 	HubAddr string
 	// Certs, when set, gives every replica its own certificate agent
 	// (StartCertAgent, for the workload's service account), whose files
 	// the replica's bootstrap names as certificate provider "default", so
-	// the replica can serve mTLS. Without it the replicas serve plaintext.
+	// the replica can serve mTLS, and as its channel credentials to the
+	// hub. Without it the replicas serve plaintext.
 	Certs *CertOptions
 	// MaxConnectionAge, when set, makes each replica's gRPC server close
 	// connections after about that long (grpc keepalive MaxConnectionAge):
@@ -362,7 +366,7 @@ func (w *Workload) startServer(ip netip.Addr, pod, identity string, agent *CertA
 		PodIP: ip, Port: w.targetPort, Identity: identity, MaxConnectionAge: x.MaxConnectionAge,
 	}
 	if agent != nil {
-		opts.CertDir = agent.Dir()
+		opts.CertDir, opts.ServerTLS = agent.Dir(), true
 	}
 	return StartXDSEchoServer(opts)
 }

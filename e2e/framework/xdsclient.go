@@ -22,8 +22,15 @@ import (
 // ClientOptions describes one proxyless gRPC client (a "pod" that dials
 // services through the hub).
 type ClientOptions struct {
-	// HubAddr is the host:port of the hub's xDS server. Required.
+	// HubAddr is the host:port of the hub's xDS server: its authenticated
+	// port (Hub.CAAddr) with ServerTLS, else its plaintext port
+	// (HubOptions.PlaintextXDS). Required.
 	HubAddr string
+	// ServerTLS dials HubAddr over mutual TLS, presenting the certificate
+	// in CertDir and verifying the hub against its roots, as the bootstraps
+	// meshfed-agent writes do; the hub holds the certificate's identity
+	// against the node. Needs CertDir.
+	ServerTLS bool
 	// Cluster is the client's cluster ID (node metadata CLUSTER_ID).
 	Cluster model.ClusterID
 	// Namespace is the client's namespace. Default "default".
@@ -100,6 +107,7 @@ func NewXDSClient(_ context.Context, opts ClientOptions) (*XDSClient, error) {
 	nodeID := xdsnode.SidecarID(opts.IP, opts.Name, opts.Namespace, model.DefaultDomainSuffix)
 	bs, err := xdsnode.Bootstrap{
 		ServerURI: opts.HubAddr,
+		ServerTLS: opts.ServerTLS,
 		NodeID:    nodeID,
 		Metadata: xdsnode.Metadata{
 			ClusterID: opts.Cluster, Namespace: opts.Namespace, Network: opts.Network, Labels: opts.Labels,

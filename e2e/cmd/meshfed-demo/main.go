@@ -153,7 +153,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		d.detail("%s: xDS %s   monitoring %s   console %s/ (log %s)", h.ReplicaID(), h.XDSAddr(), h.MonitoringURL(), h.MonitoringURL(), h.LogPath())
+		d.detail("%s: xDS and CA (mutual TLS) %s   monitoring %s   console %s/ (log %s)", h.ReplicaID(), h.CAAddr(), h.MonitoringURL(), h.MonitoringURL(), h.LogPath())
 		hubs = append(hubs, h)
 	}
 	hub := hubs[1] // the clients' replica
@@ -169,12 +169,12 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}); err != nil {
 		return err
 	}
-	rootsPEM, err := trustBundle(ctx, hub)
+	bctx, bcancel := context.WithTimeout(ctx, 30*time.Second)
+	rootsPEM, roots, err := hub.TrustBundle(bctx)
+	bcancel()
 	if err != nil {
 		return err
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(rootsPEM)
 	certs := &framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots, TTL: certTTL}
 	d.detail("the CA signs with the root it created in istio-ca-secret; leaves live %v and are renewed at half-life", certTTL)
 
@@ -183,7 +183,7 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	for _, r := range fleet.Remotes()[:3] {
 		w, err := r.DeployWorkload(ctx, framework.WorkloadOptions{Namespace: "demo", Service: "echo", Replicas: 2,
 			PodLabels: map[string]string{"version": "v" + strings.TrimPrefix(string(r.ID), "cluster-")},
-			XDS:       &framework.XDSWorkloadOptions{HubAddr: hub.XDSAddr(), Certs: certs}})
+			XDS:       &framework.XDSWorkloadOptions{HubAddr: hub.CAAddr(), Certs: certs}})
 		if err != nil {
 			return err
 		}
@@ -332,8 +332,8 @@ func client(ctx context.Context, fleet *framework.Fleet, hub *framework.Hub, cer
 		return nil, nil, err
 	}
 	c, err := framework.NewXDSClient(ctx, framework.ClientOptions{
-		HubAddr: hub.XDSAddr(), Cluster: r.ID, Namespace: "demo", Locality: r.Locality,
-		Name: "client-" + string(r.ID), CertDir: dir,
+		HubAddr: hub.CAAddr(), ServerTLS: true, CertDir: dir,
+		Cluster: r.ID, Namespace: "demo", Locality: r.Locality, Name: "client-" + string(r.ID),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -344,26 +344,6 @@ func client(ctx context.Context, fleet *framework.Fleet, hub *framework.Hub, cer
 		return nil, nil, err
 	}
 	return conn, ag, nil
-}
-
-// trustBundle waits for the hub's trust bundle and returns it as PEM.
-func trustBundle(ctx context.Context, hub *framework.Hub) ([]byte, error) {
-	var out []byte
-	err := testutil.Poll(ctx, 30*time.Second, 50*time.Millisecond, func() error {
-		tz, err := hub.Trustz(ctx)
-		if err != nil {
-			return err
-		}
-		out = nil
-		for _, r := range tz.Roots {
-			out = append(out, r.PEM...)
-		}
-		if len(out) == 0 {
-			return errors.New("empty trust bundle")
-		}
-		return nil
-	})
-	return out, err
 }
 
 // rotate replaces the CA's root in one edit of cacerts, then drops the old
