@@ -19,10 +19,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/agent"
@@ -31,8 +27,8 @@ import (
 
 // tokenIssuer is a cluster of the fleet, remote or config.
 type tokenIssuer interface {
-	RESTConfig() *rest.Config
 	EnsureServiceAccount(ctx context.Context, ns, name string) error
+	ServiceAccountToken(ctx context.Context, ns, sa string, audiences ...string) (string, error)
 }
 
 // serviceAccountToken returns a real TokenRequest token of ns/sa from
@@ -40,22 +36,14 @@ type tokenIssuer interface {
 // own, as kubectl create token gives people).
 func serviceAccountToken(t *testing.T, r tokenIssuer, ns, sa string, audiences ...string) string {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(r.RESTConfig())
+	if err := r.EnsureServiceAccount(t.Context(), ns, sa); err != nil {
+		t.Fatal(err)
+	}
+	token, err := r.ServiceAccountToken(t.Context(), ns, sa, audiences...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
-	if err := r.EnsureServiceAccount(ctx, ns, sa); err != nil {
-		t.Fatal(err)
-	}
-	ttl := int64(3600)
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: &ttl},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
+	return token
 }
 
 // TestWorkloadCertificates: a workload of cluster-2 with a token from

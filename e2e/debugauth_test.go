@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,7 +15,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/meshfed/meshfed/e2e/framework"
+	"github.com/meshfed/meshfed/hub/ca"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
@@ -49,21 +54,7 @@ func TestDebugAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	hub := framework.StartTestHub(t, f, framework.HubOptions{DebugAuth: true})
-	// The hub chart's ClusterRole, bound to one account of the config
-	// cluster.
-	c := f.Config().Client()
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops"}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "meshfed-fleet-reader"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"meshfed.io"}, Resources: []string{"fleet"}, Verbs: []string{"get"}}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ops-reader"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "meshfed-fleet-reader"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "reader", Namespace: "ops"}}}); err != nil {
-		t.Fatal(err)
-	}
+	bindFleetReader(t, f, "reader")
 	reader, nobody := serviceAccountToken(t, f.Config(), "ops", "reader"), serviceAccountToken(t, f.Config(), "ops", "nobody")
 
 	base := hub.MonitoringURL()
@@ -142,5 +133,127 @@ func TestDebugAuth(t *testing.T) {
 	}
 	if cookieSeen {
 		t.Error("the session cookie is readable by the page's JavaScript: it must be HttpOnly")
+	}
+}
+
+// bindFleetReader creates the hub chart's ClusterRole meshfed-fleet-reader
+// in the config cluster and binds it to service account ops/sa.
+func bindFleetReader(t *testing.T, f *framework.Fleet, sa string) {
+	t.Helper()
+	ctx := t.Context()
+	if err := f.Config().EnsureServiceAccount(ctx, "ops", sa); err != nil {
+		t.Fatal(err)
+	}
+	c := f.Config().Client()
+	if err := c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "meshfed-fleet-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"meshfed.io"}, Resources: []string{"fleet"}, Verbs: []string{"get"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ops-" + sa},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "meshfed-fleet-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: "ops"}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// caRootsOf waits for the CA secret the hub keeps in the config cluster
+// and returns its root, as a workload's mounted roots.
+func caRootsOf(t *testing.T, f *framework.Fleet) *x509.CertPool {
+	t.Helper()
+	roots := x509.NewCertPool()
+	testutil.Eventually(t, converge, poll, func() error {
+		var sec corev1.Secret
+		if err := f.Config().Client().Get(t.Context(), client.ObjectKey{Namespace: framework.RemoteSecretNamespace, Name: ca.SelfSignedSecret}, &sec); err != nil {
+			return err
+		}
+		if !roots.AppendCertsFromPEM(sec.Data[ca.KeyCACert]) {
+			return fmt.Errorf("secret %s has no root in %s", ca.SelfSignedSecret, ca.KeyCACert)
+		}
+		return nil
+	})
+	return roots
+}
+
+// TestDebugClientCertificates: a hub serving its monitoring port over TLS
+// (--monitoring-tls) lets a mesh client certificate of an identity that
+// --debug-identities lists read /debug documents without a token; another
+// mesh identity is refused (403), no credentials at all are 401, and a
+// reader's token still works beside certificates.
+func TestDebugClientCertificates(t *testing.T) {
+	f := framework.NewTestFleet(t, framework.FleetOptions{Remotes: threeRegionsN(1)})
+	ctx := t.Context()
+	r := f.Remotes()[0]
+	if err := f.Config().PutRemoteSecret(ctx, "remotes", r); err != nil {
+		t.Fatal(err)
+	}
+	const monitor = "spiffe://cluster.local/ns/ops/sa/monitor"
+	hub := framework.StartTestHub(t, f, framework.HubOptions{DebugAuth: true, MonitoringTLS: true,
+		Args: []string{"--debug-identities=" + monitor}})
+	if !strings.HasPrefix(hub.MonitoringURL(), "https://") {
+		t.Fatalf("monitoring URL %s is not https", hub.MonitoringURL())
+	}
+	// The mesh roots, as a workload mounts them: the CA's, which the
+	// monitoring port's certificate chains to too.
+	roots := caRootsOf(t, f)
+	agent := func(sa string) *framework.CertAgent {
+		if err := r.EnsureServiceAccount(ctx, "ops", sa); err != nil {
+			t.Fatal(err)
+		}
+		actx, cancel := context.WithTimeout(ctx, converge)
+		defer cancel()
+		a, err := r.StartCertAgent(actx, "ops", sa, t.TempDir(), framework.CertOptions{CAAddr: hub.CAAddr(), CARoots: roots})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(a.Stop)
+		return a
+	}
+	get := func(a *framework.CertAgent, token string) (int, error) {
+		cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		if a != nil {
+			cert, err := a.Certificate()
+			if err != nil {
+				return 0, err
+			}
+			cfg.Certificates = []tls.Certificate{*cert}
+		}
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+		defer client.CloseIdleConnections()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, hub.MonitoringURL()+"/debug/registryz", nil)
+		if err != nil {
+			return 0, err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	bindFleetReader(t, f, "reader")
+	reader := serviceAccountToken(t, f.Config(), "ops", "reader")
+	for name, c := range map[string]struct {
+		agent *framework.CertAgent
+		token string
+		want  int
+	}{
+		"the listed identity": {agent("monitor"), "", http.StatusOK},
+		"another identity":    {agent("intruder"), "", http.StatusForbidden},
+		"no credentials":      {nil, "", http.StatusUnauthorized},
+		"a reader's token":    {nil, reader, http.StatusOK},
+	} {
+		testutil.Eventually(t, converge, poll, func() error {
+			got, err := get(c.agent, c.token)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if got != c.want {
+				return fmt.Errorf("%s: GET /debug/registryz over TLS answered %d, want %d", name, got, c.want)
+			}
+			return nil
+		})
 	}
 }

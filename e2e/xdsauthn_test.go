@@ -16,9 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
@@ -27,27 +24,6 @@ import (
 // xdsSAN is the extra name the hub's CA port is certified for in
 // TestAuthenticatedXDS (--xds-san), as a proxy's discoveryAddress names it.
 const xdsSAN = "hub.meshfed.example"
-
-// clusterToken returns a TokenRequest token of ns/sa from c, audience
-// istio-ca, creating the service account if need be.
-func clusterToken(t *testing.T, c *framework.Cluster, ns, sa string) string {
-	t.Helper()
-	if err := c.EnsureServiceAccount(t.Context(), ns, sa); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(c.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ttl := int64(3600)
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{framework.CertAudience}, ExpirationSeconds: &ttl},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
-}
 
 // xdsCaller is what a test caller of the CA port presents.
 type xdsCaller struct {
@@ -126,7 +102,7 @@ func TestAuthenticatedXDS(t *testing.T) {
 		return c
 	}
 	echoCert, otherCert := agentCert(c1, "demo", "echo"), agentCert(c1, "other", "echo")
-	tok1, tok2 := clusterToken(t, c1.Cluster, "demo", "echo"), clusterToken(t, c2.Cluster, "demo", "echo")
+	tok1, tok2 := serviceAccountToken(t, c1, "demo", "echo", framework.CertAudience), serviceAccountToken(t, c2, "demo", "echo", framework.CertAudience)
 	const forged = "eyJhbGciOiJSUzI1NiIsImtpZCI6IngifQ.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQ6ZGVtbzplY2hvIn0.c2ln"
 
 	// A proxyless node of demo/echo in cluster-1, as pilot-agent's gRPC
@@ -199,7 +175,7 @@ func TestAuthenticatedXDS(t *testing.T) {
 			Namespace: "istio-system", ServiceAccount: "default", Generator: xdsnode.GeneratorEvent,
 		}.Struct(),
 	}
-	istioctlToken := clusterToken(t, f.Config().Cluster, "istio-system", "default")
+	istioctlToken := serviceAccountToken(t, f.Config(), "istio-system", "default", framework.CertAudience)
 	for _, tc := range []struct {
 		name, serverName string
 		caller           xdsCaller

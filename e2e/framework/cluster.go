@@ -218,15 +218,16 @@ func (c *Cluster) EnsureServiceAccount(ctx context.Context, ns, name string) err
 }
 
 // ServiceAccountToken returns a TokenRequest token of service account
-// ns/sa (which must exist) for audience, valid for an hour.
-func (c *Cluster) ServiceAccountToken(ctx context.Context, ns, sa, audience string) (string, error) {
+// ns/sa (which must exist) for audiences (none: the apiserver's own, as
+// kubectl create token gives people), valid for an hour.
+func (c *Cluster) ServiceAccountToken(ctx context.Context, ns, sa string, audiences ...string) (string, error) {
 	cs, err := kubernetes.NewForConfig(c.RESTConfig())
 	if err != nil {
 		return "", err
 	}
 	ttl := int64(3600)
 	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: &ttl},
+		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: &ttl},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("framework: token of %s/%s in %s: %w", ns, sa, c.name, err)

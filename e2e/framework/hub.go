@@ -3,6 +3,7 @@ package framework
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +62,11 @@ type HubOptions struct {
 	// documents and the console without tokens, except the test of that
 	// authentication.
 	DebugAuth bool
+	// MonitoringTLS serves the monitoring port over TLS (--monitoring-tls,
+	// the CA port's certificate): MonitoringURL is https, and the
+	// framework's own reads (readiness, metrics) do not verify the serving
+	// certificate, as a kubelet's HTTPS probe does not.
+	MonitoringTLS bool
 	// Binary is the meshfed-hub binary of this replica, for a benchmark
 	// that runs another build beside the fleet's (FleetOptions.HubBinary)
 	// one. Default: the fleet's.
@@ -142,6 +148,9 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		"--peer-addr=" + opts.PeerAddr,
 		"--ca-addr=" + opts.CAAddr,
 	}
+	if opts.MonitoringTLS {
+		args = append(args, "--monitoring-tls")
+	}
 	if opts.PlaintextXDS { // else the binary's default: closed
 		args = append(args, "--xds-addr="+opts.XDSAddr)
 	}
@@ -171,7 +180,8 @@ func (f *Fleet) StartHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 	h := &Hub{
 		id: opts.ReplicaID, xdsAddr: opts.XDSAddr, monAddr: opts.MonitoringAddr,
 		gossipAddr: opts.GossipAddr, peerAddr: opts.PeerAddr, opts: opts, process: proc, fleet: f,
-		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: opts.MonitoringTLS}}}, //nolint:gosec // probes: see MonitoringTLS
 	}
 
 	f.mu.Lock()
@@ -242,7 +252,12 @@ func (h *Hub) XDSAddr() string { return h.xdsAddr }
 
 // MonitoringURL returns the base URL of the hub's monitoring server
 // (/readyz, /metrics, /debug/registryz), e.g. http://127.0.0.1:40123.
-func (h *Hub) MonitoringURL() string { return "http://" + h.monAddr }
+func (h *Hub) MonitoringURL() string {
+	if h.opts.MonitoringTLS {
+		return "https://" + h.monAddr
+	}
+	return "http://" + h.monAddr
+}
 
 // LogPath returns the file that collects the hub's output.
 func (h *Hub) LogPath() string { return h.logPath }
