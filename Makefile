@@ -61,7 +61,7 @@ MESHFED_CREATED := $(or $(shell git log -1 --format=%ct 2>/dev/null),0)
 PROTOS    := federation/peerpb/peer.proto hub/fleetstatus/fleetpb/fleet.proto
 PROTOGEN  := $(BIN)/tools/protogen
 
-.PHONY: version build images chart-packages test test-unit e2e bench bench-scale istiod demo k8s-assets envoy istio-assets browser helm lint fmt tidy-check staticcheck generate generate-check fuzz charts clean
+.PHONY: version build images chart-packages test test-unit e2e bench bench-scale istiod demo k8s-assets envoy istio-assets browser helm lint fmt tidy-check staticcheck generate generate-check docs docs-check fuzz charts clean
 
 version: ## print the version `make build` stamps into the binaries
 	@echo $(MESHFED_VERSION)
@@ -136,13 +136,21 @@ demo: k8s-assets envoy build ## a local fleet end to end: 4 remote clusters, two
 	@echo "==> demo (Ctrl-C stops it and cleans up)"
 	$(E2E_ENV) $(GO) run ./e2e/cmd/meshfed-demo $(DEMOFLAGS)
 
-lint: fmt tidy-check generate-check $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy, generated code current, import rules
+lint: fmt tidy-check generate-check docs-check $(STATICCHECK) ## gofmt, go vet, staticcheck, go mod tidy, generated code and docs current, import rules, doc links
 	@echo "==> go vet"
 	$(GO) vet ./...
 	@echo "==> staticcheck $(STATICCHECK_VERSION)"
 	$(STATICCHECK) ./...
-	@echo "==> import rules"
-	$(GO) test -count=1 -run TestImportRules ./e2e/
+	@echo "==> import rules, doc links"
+	$(GO) test -count=1 -run 'TestImportRules|TestDocLinks|TestHeadingSlug' ./e2e/
+
+docs: k8s-assets build ## regenerate docs/reference from the code (flags from the binaries, metrics from a running hub, capabilities from the generators)
+	@echo "==> docs"
+	$(E2E_ENV) $(GO) test -count=1 -run '^TestReferenceDocs$$' ./e2e/ -update
+
+docs-check: k8s-assets build ## the committed docs/reference is what `make docs` writes
+	@echo "==> docs-check"
+	$(E2E_ENV) $(GO) test -count=1 -run '^TestReferenceDocs$$' ./e2e/ || { echo "docs/reference is stale: run make docs and commit"; exit 1; }
 
 fmt:
 	@echo "==> gofmt"

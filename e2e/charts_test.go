@@ -398,7 +398,7 @@ func TestSpokeChartDefaults(t *testing.T) {
 	}
 	for k, want := range map[string]any{
 		"clusterID": "Kubernetes", "trustDomain": "cluster.local",
-		"discoveryAddress": "meshfed-hub.istio-system.svc:15010", "caAddress": "meshfed-hub.istio-system.svc:15012",
+		"discoveryAddress": "meshfed-hub.istio-system.svc:15012", "caAddress": "meshfed-hub.istio-system.svc:15012",
 	} {
 		if values[k] != want {
 			t.Errorf("values.%s = %v, want %v", k, values[k], want)

@@ -175,7 +175,7 @@ func TestHelmCLI(t *testing.T) {
 				"injection.agent.repository": "registry.example.com/meshfed/meshfed-agent",
 				"clusterID":                  "cluster-1",
 				"network":                    "network-1",
-				"hub.discoveryAddress":       "hub.example.com:15010",
+				"hub.discoveryAddress":       "hub.example.com:15012",
 				// A gateway, as Istio's gateway chart deploys one.
 				"gateways[0].name":                  "istio-ingressgateway",
 				"gateways[0].labels.istio":          "ingressgateway",

@@ -155,8 +155,21 @@ type Options struct {
 	// CA signs under it; a younger one is staged (see ca.KeyStore).
 	RootSpread time.Duration
 
+	// Metrics is where the hub registers its collectors, and what
+	// /metrics and the console read; nil means a registry of its own. A
+	// caller that wants to see every collector (the metrics reference of
+	// the docs is generated so) passes one that records them.
+	Metrics MetricsRegistry
+
 	Log   logr.Logger
 	Clock clock.WithTicker
+}
+
+// MetricsRegistry registers collectors and gathers them, as a
+// prometheus.Registry does.
+type MetricsRegistry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
 }
 
 // DefaultOptions returns the hub's defaults, the ports those of istiod.
@@ -204,7 +217,10 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	log := opts.Log.WithValues("replica", opts.ReplicaID)
-	reg := prometheus.NewRegistry()
+	reg := opts.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	reg.MustRegister(goCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.NewCollector())
 	// One admission for both xDS ports (plaintext and the CA's TLS port).
 	admission := xds.NewAdmission(opts.XDSLimits, opts.Clock, reg)

@@ -82,8 +82,10 @@ type Options struct {
 	// Log receives structured logs.
 	Log logr.Logger
 	// Metrics receives the spoke's metrics and is served on /metrics. Nil
-	// means a new registry with the Go and process collectors.
-	Metrics *prometheus.Registry
+	// means a new registry with the Go and process collectors. A caller
+	// that wants to see every collector (the metrics reference of the docs
+	// is generated so) passes one that records them.
+	Metrics MetricsRegistry
 	// Clock dates the development certificate and times the caBundle
 	// checks; the shim's backoff too, unless Shim.Clock is set. Default the
 	// real clock.
@@ -101,6 +103,13 @@ type Options struct {
 	// namespace; it runs when Shim.HubAddr is set. Client, Log and Metrics
 	// are filled in by Run, and Clock when it is nil.
 	Shim shim.Options
+}
+
+// MetricsRegistry registers collectors and gathers them, as a
+// prometheus.Registry does.
+type MetricsRegistry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
 }
 
 // DefaultOptions returns the spoke's defaults, Istio's where Istio has one.

@@ -39,7 +39,7 @@ func main() {
 		fmt.Fprintln(fs.Output(), "usage: meshfed-agent [agent] [flags]")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&opts.BootstrapPath, "grpc-bootstrap", os.Getenv("GRPC_XDS_BOOTSTRAP"), "where to write the gRPC xDS bootstrap (default $GRPC_XDS_BOOTSTRAP)")
+	fs.StringVar(&opts.BootstrapPath, "grpc-bootstrap", "", "where to write the gRPC xDS bootstrap (default $GRPC_XDS_BOOTSTRAP)")
 	fs.StringVar(&opts.DiscoveryAddress, "discovery-address", "", "the hub's xDS address, host:port (default --ca-address: the hub's authenticated port)")
 	fs.BoolVar(&opts.XDSPlaintext, "xds-plaintext", false, "dial the hub's xDS in plaintext (its unauthenticated port) instead of mutual TLS with the workload's certificate")
 	fs.StringVar(&opts.CAAddress, "ca-address", "", "the hub's CA address, host:port (TLS)")
@@ -65,6 +65,9 @@ func main() {
 		os.Exit(2)
 	}
 
+	if opts.BootstrapPath == "" {
+		opts.BootstrapPath = os.Getenv("GRPC_XDS_BOOTSTRAP")
+	}
 	opts.PodName = os.Getenv("POD_NAME")
 	opts.PodNamespace = os.Getenv("POD_NAMESPACE")
 	opts.InstanceIP = os.Getenv("INSTANCE_IP")
