@@ -127,10 +127,12 @@ bench: k8s-assets envoy build ## benchmarks: figures printed side by side
 	KUBEBUILDER_ASSETS=$(ASSETS) $(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./federation/... ./hub/...
 	$(E2E_ENV) $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./e2e/bench/
 
-bench-scale: k8s-assets build istiod ## the scale envelope (20 clusters x 4k endpoints, 2,000 clients, 1 and 3 replicas) side by side with istiod: table, JSON and SVG in bin/bench-scale/ (about 16 minutes once built; not part of make test)
+bench-scale: k8s-assets build istiod ## the scale envelope (20 clusters x 4k endpoints, 2,000 clients, 1 and 3 replicas) side by side with istiod: table, JSON and SVG in bin/bench-scale/, and the record in docs/reference/scale.{json,md} (about 16 minutes once built; not part of make test)
 	@echo "==> bench-scale $(SCALEFLAGS)"
-	KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub $(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 240m ./e2e/bench/ \
+	KUBEBUILDER_ASSETS=$(ASSETS) MESHFED_HUB_BIN=$(BIN)/meshfed-hub MESHFED_VERSION=$(MESHFED_VERSION) $(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 240m ./e2e/bench/ \
 	  -args $(SCALEFLAGS) -scale.istiod=$(ISTIO_DIR)/pilot-discovery -scale.out=$(BIN)/bench-scale $(if $(BASELINE_HUB),-scale.baseline-hub=$(BASELINE_HUB))
+	cp $(BIN)/bench-scale/scale.json docs/reference/scale.json
+	$(GO) test -count=1 -run '^TestReferenceDocs$$/^scale$$' ./e2e/ -update
 
 demo: k8s-assets envoy build ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation
 	@echo "==> demo (Ctrl-C stops it and cleans up)"

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshfed/meshfed/e2e/bench"
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/pkg/testutil"
 	"github.com/meshfed/meshfed/pkg/xdsgen"
@@ -183,6 +185,22 @@ func TestReferenceDocs(t *testing.T) {
 		}
 	})
 	t.Run("metrics", testMetricsReference)
+	t.Run("scale", func(t *testing.T) {
+		// The record of the last `make bench-scale`, which copies its
+		// scale.json here.
+		js, err := os.ReadFile(filepath.Join(docsDir, "reference/scale.json"))
+		if err != nil {
+			t.Fatalf("%v: run make bench-scale", err)
+		}
+		var r bench.ScaleReport
+		if err := json.Unmarshal(js, &r); err != nil {
+			t.Fatalf("docs/reference/scale.json: %v", err)
+		}
+		if r.Date == "" || r.Machine.CPUs == 0 || len(r.Results) == 0 {
+			t.Fatalf("docs/reference/scale.json names no date, machine or result: run make bench-scale")
+		}
+		checkReference(t, "reference/scale.md", r.Markdown())
+	})
 	t.Run("capabilities", func(t *testing.T) {
 		rows, err := capabilityRows("../pkg/xdsgen/kinds.go")
 		if err != nil {

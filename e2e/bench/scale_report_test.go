@@ -8,39 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
-
-// scaleColumn is one figure of the envelope table and chart.
-type scaleColumn struct {
-	title  string
-	format string
-	value  func(scaleResult) float64
-}
-
-var scaleColumns = []scaleColumn{
-	{"sync s", "%.2f", func(r scaleResult) float64 { return r.SyncS }},
-	{"sync CPU s", "%.2f", func(r scaleResult) float64 { return r.SyncCPUS }},
-	{"heap MiB", "%.1f", func(r scaleResult) float64 { return r.HeapMiB }},
-	{"heap B/endpoint", "%.0f", func(r scaleResult) float64 { return r.HeapBPerEndpoint }},
-	{"RSS MiB", "%.1f", func(r scaleResult) float64 { return r.RSSMiB }},
-	{"RSS B/endpoint", "%.0f", func(r scaleResult) float64 { return r.RSSBPerEndpoint }},
-	{"connect s", "%.2f", func(r scaleResult) float64 { return r.ConnectS }},
-	{"connect CPU s", "%.2f", func(r scaleResult) float64 { return r.ConnectCPUS }},
-	{"heap w/ clients MiB", "%.1f", func(r scaleResult) float64 { return r.ClientsHeapMiB }},
-	{"change p50 ms", "%.1f", func(r scaleResult) float64 { return r.ChangeP50Ms }},
-	{"change p99 ms", "%.1f", func(r scaleResult) float64 { return r.ChangeP99Ms }},
-	{"CPU s/100 changes", "%.2f", func(r scaleResult) float64 { return r.CPUPer100Changes }},
-	{"idle CPU ms/s", "%.1f", func(r scaleResult) float64 { return r.IdleCPUMsPerS }},
-	{"syscalls/update", "%.2f", func(r scaleResult) float64 { return r.ReadsPerUpdate + r.WritesPerUpdate }},
-	{"storm s", "%.2f", func(r scaleResult) float64 { return r.StormS }},
-	{"storm CPU s", "%.2f", func(r scaleResult) float64 { return r.StormCPUS }},
-	{"storm clients CPU s", "%.2f", func(r scaleResult) float64 { return r.StormClientsCPUS }},
-	{"storm peak heap x", "%.2f", func(r scaleResult) float64 { return r.StormPeakHeapRatio }},
-}
 
 // scaleTable prints the results one row per control plane and, when istiod
 // or a baseline ran, each meshfed row's ratios to it.
-func scaleTable(cfg scaleConfig, results []scaleResult) string {
+func scaleTable(cfg scaleConfig, results []ScaleResult) string {
 	var sb strings.Builder
 	subscribed := "eleven services each"
 	if cfg.subscribeAll {
@@ -84,28 +57,18 @@ func scaleTable(cfg scaleConfig, results []scaleResult) string {
 	return sb.String()
 }
 
-func ratio(a, b float64) string {
-	if b == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2fx", a/b)
-}
-
 // writeScaleOutputs writes the table (scale.txt), the results as JSON
 // (scale.json) and a bar chart of them (scale.svg) into dir.
-func writeScaleOutputs(dir string, cfg scaleConfig, results []scaleResult, table string) error {
+func writeScaleOutputs(dir string, cfg scaleConfig, results []ScaleResult, table string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	doc := struct {
-		Clusters  int           `json:"clusters"`
-		Services  int           `json:"servicesPerCluster"`
-		Endpoints int           `json:"endpointsPerService"`
-		Total     int           `json:"endpoints"`
-		Clients   int           `json:"clients"`
-		Changes   int           `json:"changes"`
-		Results   []scaleResult `json:"results"`
-	}{cfg.clusters, cfg.services, cfg.endpoints, cfg.totalEndpoints(), cfg.clients, cfg.changes, results}
+	doc := ScaleReport{
+		Date: time.Now().UTC().Format(time.DateOnly), Machine: ThisMachine(),
+		Clusters: cfg.clusters, Services: cfg.services, Endpoints: cfg.endpoints, Total: cfg.totalEndpoints(),
+		Clients: cfg.clients, Changes: cfg.changes, SubscribeAll: cfg.subscribeAll, Pods: !cfg.noPods,
+		Results: results,
+	}
 	js, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err
@@ -125,7 +88,7 @@ func writeScaleOutputs(dir string, cfg scaleConfig, results []scaleResult, table
 // scaleSVG draws one group of horizontal bars per figure, a bar per control
 // plane, each group scaled to its largest value (all figures are costs:
 // shorter is better).
-func scaleSVG(cfg scaleConfig, results []scaleResult) string {
+func scaleSVG(cfg scaleConfig, results []ScaleResult) string {
 	const (
 		width, labelW, barH, gap, top = 900, 300, 16, 28, 40
 	)

@@ -146,62 +146,6 @@ func scaleRemotes(n int) []framework.RemoteClusterOptions {
 	return out
 }
 
-// scaleResult is one control plane's row of the envelope table.
-type scaleResult struct {
-	Name     string `json:"name"`
-	Replicas int    `json:"replicas"`
-	// SyncS is from the remote secrets applied until a client subscribed to
-	// every service holds every endpoint; SyncCPUS the control plane's CPU
-	// over it (all replicas).
-	SyncS    float64 `json:"syncS"`
-	SyncCPUS float64 `json:"syncCPUS"`
-	// HeapMiB and RSSMiB after sync (heap after a forced GC), summed over
-	// replicas; HeapBPerEndpoint divides the heap by the fleet's endpoints.
-	HeapMiB          float64 `json:"heapMiB"`
-	RSSMiB           float64 `json:"rssMiB"`
-	HeapBPerEndpoint float64 `json:"heapBytesPerEndpoint"`
-	RSSBPerEndpoint  float64 `json:"rssBytesPerEndpoint"`
-	// ConnectS and ConnectCPUS: every client connected and holding its
-	// assignments, and the CPU it took.
-	ConnectS    float64 `json:"connectS"`
-	ConnectCPUS float64 `json:"connectCPUS"`
-	// ClientsHeapMiB is the heap with every client connected: the
-	// proxies' streams and their groups' assignments on top of HeapMiB.
-	ClientsHeapMiB float64 `json:"clientsHeapMiB"`
-	// ConnectRetries and StormRetries count the streams refused (or
-	// failed) and redialled while connecting and during the storm.
-	ConnectRetries int `json:"connectRetries"`
-	StormRetries   int `json:"stormRetries"`
-	// ChangeP50Ms and ChangeP99Ms: an EndpointSlice write until the last
-	// client has the change; FirstP50Ms until the first has it.
-	ChangeP50Ms float64 `json:"changeP50Ms"`
-	ChangeP99Ms float64 `json:"changeP99Ms"`
-	FirstP50Ms  float64 `json:"firstP50Ms"`
-	// CPUPer100Changes is the control plane's CPU seconds per 100 changes
-	// with every client connected.
-	CPUPer100Changes float64 `json:"cpuSPer100Changes"`
-	// IdleCPUMsPerS is the control plane's CPU, in ms a second, with every
-	// client connected and nothing changing (-scale.idle after the
-	// changes): what its timers and keepalives cost.
-	IdleCPUMsPerS float64 `json:"idleCPUMsPerS"`
-	// ReadsPerUpdate and WritesPerUpdate are the control plane's read and
-	// write system calls per change and client (one proxy update): what
-	// its transport costs beyond the response itself and its ACK.
-	ReadsPerUpdate  float64 `json:"readsPerUpdate"`
-	WritesPerUpdate float64 `json:"writesPerUpdate"`
-	// StormS: every client dropped and redialled at once, until all hold
-	// their assignments again; StormPeakHeapRatio the peak heap during it
-	// over the steady heap before it (both the live heap, see liveHeapOf).
-	StormS             float64 `json:"stormS"`
-	StormPeakHeapRatio float64 `json:"stormPeakHeapRatio"`
-	StormPeakRSSRatio  float64 `json:"stormPeakRSSRatio"`
-	// StormCPUS is the control plane's CPU during the storm,
-	// StormClientsCPUS the bench process's own: the clients dialling and
-	// decoding every assignment, on the same cores as the control plane.
-	StormCPUS        float64 `json:"stormCPUS"`
-	StormClientsCPUS float64 `json:"stormClientsCPUS"`
-}
-
 // BenchmarkScale measures the envelope of a fleet: see the package
 // documentation.
 func BenchmarkScale(b *testing.B) {
@@ -246,10 +190,10 @@ func BenchmarkScale(b *testing.B) {
 	b.Logf("fleet: %d clusters, %d services and %d endpoints (Pods) each, %d endpoints in all; loaded in %s",
 		cfg.clusters, cfg.services, cfg.services*cfg.endpoints, cfg.totalEndpoints(), time.Since(start).Round(time.Second))
 
-	var results []scaleResult
+	var results []ScaleResult
 	run := func(name string, cp func(*testing.B) controlPlane) {
 		b.Run(name, func(b *testing.B) {
-			var r scaleResult
+			var r ScaleResult
 			for b.Loop() {
 				r = runScale(b, f, cfg, cp(b), strings.ReplaceAll(name, "/", "-"))
 			}
@@ -286,7 +230,7 @@ func BenchmarkScale(b *testing.B) {
 	}
 }
 
-func reportScale(b *testing.B, r scaleResult) {
+func reportScale(b *testing.B, r ScaleResult) {
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(r.SyncS, "sync-s")
 	b.ReportMetric(r.SyncCPUS, "sync-cpu-s")
@@ -545,7 +489,7 @@ func liveHeapOf(ctx context.Context, cp controlPlane) (n uint64, live bool) {
 // runScale applies the remote secrets to cp, measures sync, connects the
 // clients, measures changes and a reconnect storm, and removes the
 // secrets again, so the next control plane starts from the same fleet.
-func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane, name string) scaleResult {
+func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane, name string) ScaleResult {
 	ctx, cancel := context.WithTimeout(b.Context(), scaleLoadBudget)
 	defer cancel()
 	defer func() {
@@ -558,7 +502,7 @@ func runScale(b *testing.B, f *framework.Fleet, cfg scaleConfig, cp controlPlane
 			}
 		}
 	}()
-	res := scaleResult{Replicas: len(cp.replicas())}
+	res := ScaleResult{Replicas: len(cp.replicas())}
 	reps := cp.replicas()
 
 	// Sync: a Delta client outside every cluster subscribed to every
