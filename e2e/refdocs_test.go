@@ -45,27 +45,8 @@ func checkReference(t *testing.T, name string, got []byte) {
 		t.Fatalf("docs/%s: %v: run make docs", name, err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("docs/%s is not what the code says: run make docs and commit it\n%s", name, firstDifference(want, got))
+		t.Errorf("docs/%s is not what the code says: run make docs and commit it\n%s", name, testutil.FirstDiff(string(want), string(got)))
 	}
-}
-
-// firstDifference shows the first line where the committed page (want)
-// and the generated one (got) part.
-func firstDifference(want, got []byte) string {
-	w, g := strings.Split(string(want), "\n"), strings.Split(string(got), "\n")
-	for i := range max(len(w), len(g)) {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
-		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			return fmt.Sprintf("line %d:\n  committed: %s\n  generated: %s", i+1, wl, gl)
-		}
-	}
-	return "(same lines, different bytes)"
 }
 
 // flagDoc is one flag as a binary's -h prints it (Go's flag.PrintDefaults).

@@ -354,7 +354,9 @@ func testMetricsReference(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, d := range docs {
-			if d.Type == "untyped" {
+			// The runtime's families are listed by name only: their
+			// types are client_golang's business.
+			if d.Type == "untyped" && !runtimeMetric(d.Name) {
 				t.Errorf("%s: its collector collected no sample here, so its type is unknown: give the reference fleet what makes it collect one", d.Name)
 			}
 		}

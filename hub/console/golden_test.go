@@ -2,21 +2,17 @@ package console
 
 import (
 	"encoding/json"
-	"flag"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
+	"github.com/meshfed/meshfed/pkg/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden HTML files of testdata/")
 
 // fixture is testdata/fleet.json: the documents a replica's console reads,
 // as /debug serves them.
@@ -96,7 +92,7 @@ func TestGoldenViews(t *testing.T) {
 				t.Fatalf("GET %s: %d %s", v.path, code, body)
 			}
 			golden := filepath.Join("testdata", v.name+".html")
-			if *update {
+			if testutil.Updating() {
 				if err := os.WriteFile(golden, []byte(body), 0o644); err != nil {
 					t.Fatal(err)
 				}
@@ -107,26 +103,8 @@ func TestGoldenViews(t *testing.T) {
 				t.Fatalf("%v (run with -update to create it)", err)
 			}
 			if body != string(want) {
-				t.Errorf("GET %s differs from %s (run with -update and review the diff):\n%s", v.path, golden, firstDiff(string(want), body))
+				t.Errorf("GET %s differs from %s (run with -update and review the diff):\n%s", v.path, golden, testutil.FirstDiff(string(want), body))
 			}
 		})
 	}
-}
-
-// firstDiff shows the first line where got departs from want.
-func firstDiff(want, got string) string {
-	wl, gl := strings.Split(want, "\n"), strings.Split(got, "\n")
-	for i := range max(len(wl), len(gl)) {
-		var w, g string
-		if i < len(wl) {
-			w = wl[i]
-		}
-		if i < len(gl) {
-			g = gl[i]
-		}
-		if w != g {
-			return fmt.Sprintf("line %d:\n  want: %s\n  got:  %s", i+1, w, g)
-		}
-	}
-	return "(no line differs)"
 }
