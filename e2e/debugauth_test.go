@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,10 +16,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/meshfed/meshfed/e2e/framework"
 	"github.com/meshfed/meshfed/hub/ca"
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/testutil"
 )
 
@@ -134,6 +137,64 @@ func TestDebugAuth(t *testing.T) {
 	if cookieSeen {
 		t.Error("the session cookie is readable by the page's JavaScript: it must be HttpOnly")
 	}
+
+	// What the hub was given never comes out: not the tokens it reviewed,
+	// not the credentials of the remote secret's kubeconfig, in its log or
+	// in the documents a reader gets.
+	secrets := map[string]string{"the reader's token": reader, "the other token": nobody}
+	kc, err := clientcmd.Load(f.Remotes()[0].HubKubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, a := range kc.AuthInfos {
+		for what, v := range map[string][]byte{"client key": a.ClientKeyData, "token": []byte(a.Token)} {
+			if len(v) > 0 {
+				secrets["the remote secret's "+what+" of "+name] = strings.TrimSpace(string(v))
+			}
+		}
+	}
+	if len(secrets) < 3 {
+		t.Fatal("the remote secret's kubeconfig holds no credential to look for")
+	}
+	logs, err := hub.Logs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	places := map[string]string{"the hub's log": logs}
+	for _, p := range []string{debugdoc.RegistryzPath, debugdoc.FederationzPath, debugdoc.TrustzPath, debugdoc.SpokezPath,
+		debugdoc.ProxyStatusPath, debugdoc.ClusterzPath, debugdoc.ConfigzPath, debugdoc.ConfigStatusPath} {
+		body, err := bodyOf(ctx, base+p, reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		places[p] = body
+	}
+	for place, text := range places {
+		for what, secret := range secrets {
+			if len(secret) >= 16 && strings.Contains(text, secret) {
+				t.Errorf("%s holds %s", place, what)
+			}
+		}
+	}
+}
+
+// bodyOf GETs url with the bearer token and returns the body of a 200.
+func bodyOf(ctx context.Context, url, token string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), err
 }
 
 // bindFleetReader creates the hub chart's ClusterRole meshfed-fleet-reader
