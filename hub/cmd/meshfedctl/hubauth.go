@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // hubAuth is how proxy-status authenticates to a hub's authenticated port
@@ -83,13 +82,13 @@ func (a hubAuth) dialOptions() ([]grpc.DialOption, error) {
 // kubeconfigTransport is an HTTP transport that authenticates as the
 // kubeconfig's current user (a static token, a token file, or an exec
 // plugin), as kubectl would to its apiserver.
-func kubeconfigTransport() (http.RoundTripper, error) {
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(), nil).ClientConfig()
+func kubeconfigTransport(k kubeconfigFlags) (http.RoundTripper, error) {
+	cfg, err := k.restConfig()
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig-token: %w", err)
+		return nil, err
 	}
 	if cfg.BearerToken == "" && cfg.BearerTokenFile == "" && cfg.ExecProvider == nil && cfg.AuthProvider == nil {
-		return nil, errors.New("--kubeconfig-token: the kubeconfig's current user has no token (a client certificate cannot be sent to the monitoring port)")
+		return nil, errors.New("the kubeconfig's current user has no token (a client certificate cannot be sent to the monitoring port): give --token or --token-file")
 	}
 	// Only the user's credentials: the monitoring port is not the
 	// apiserver, whose CA and server name do not apply.

@@ -1,15 +1,27 @@
 // Command meshfedctl inspects a meshfed fleet through any hub replica.
 //
-//	meshfedctl proxy-status [--hub ADDR] [--token T | --token-file F] [--ca-file PEM] [--server-name N] [-o table|json] [PROXY]
-//	meshfedctl remote-clusters [--monitoring ADDR] [-o table|json]
-//	meshfedctl istio-config [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
-//	meshfedctl config-status [--monitoring ADDR] [-o table|json] [KIND/NS/NAME]
-//	meshfedctl explain [--monitoring ADDR] [-o table|json] [--subset NAME] PROXY HOST[:PORT]
-//	meshfedctl version [--monitoring ADDR] [-o table|json]
+//	meshfedctl proxy-status [PROXY]
+//	meshfedctl remote-clusters
+//	meshfedctl trust-bundle [-o pem]
+//	meshfedctl istio-config [KIND/NS/NAME]
+//	meshfedctl config-status [KIND/NS/NAME]
+//	meshfedctl explain [--subset NAME] PROXY HOST[:PORT]
+//	meshfedctl version [--client]
+//	meshfedctl create-remote-secret --name CLUSTER_ID [--apply-to CONFIG_KUBECONFIG]
+//	meshfedctl completion bash|zsh|fish|powershell
 //
-// proxy-status asks the hub's CSDS service (envoy.service.status.v3, on the
-// plaintext xDS port, or with a token over TLS on the authenticated port,
-// where the config cluster reviews the token) for the fleet-wide proxy status and prints it with
+// Every command takes -o table|json|yaml and --help. Like istioctl, it finds
+// the hub through the kubeconfig (--kubeconfig, --context, -n): a Ready Pod
+// of the hub chart, its monitoring port forwarded through the apiserver,
+// the kubeconfig's user sent as the token; --monitoring ADDR (and, for
+// proxy-status, --hub ADDR: CSDS on the xDS port) name a hub outside the
+// cluster instead.
+//
+// proxy-status reads the fleet-wide proxy status from the monitoring port's
+// /debug/proxystatusz, or with --hub from the hub's CSDS service
+// (envoy.service.status.v3, on the plaintext xDS port, or with a token over
+// TLS on the authenticated port, where the config cluster reviews the
+// token), and prints it with
 // the columns of `istioctl proxy-status`: NAME CLUSTER CDS LDS EDS RDS ECDS
 // HUB VERSION, where HUB is the replica serving the proxy. With PROXY, a
 // name "<pod>.<ns>" or a node ID, it prints that proxy's per-type detail,
@@ -93,27 +105,26 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
 func main() {
-	opts, err := parseArgs(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "meshfedctl:", err)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, opts, os.Stdout); err != nil {
+	ran := false
+	root := newRootCommand(func(ctx context.Context, opts Options, stdout io.Writer) error {
+		ran = true
+		return runCommand(ctx, opts, stdout)
+	}, os.Stdout, os.Stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "meshfedctl:", err)
+		if !ran { // the command line, not the hub
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }

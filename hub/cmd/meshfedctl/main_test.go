@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -57,16 +56,39 @@ func TestParseArgs(t *testing.T) {
 			o.Command, o.Proxy, o.Output, o.Hub = cmdProxyStatus, "client.demo", outputJSON, "hub:1"
 			return o
 		}()},
-		{args: []string{"remote-clusters", "--monitoring=h:2", "-output", "json", "--timeout", "3s"}, want: func() Options {
+		{args: []string{"remote-clusters", "--monitoring=h:2", "--output", "yaml", "--timeout", "3s"}, want: func() Options {
 			o := DefaultOptions()
-			o.Command, o.Monitoring, o.Output, o.Timeout = cmdRemoteClusters, "h:2", outputJSON, 3*time.Second
+			o.Command, o.Monitoring, o.Output, o.Timeout = cmdRemoteClusters, "h:2", outputYAML, 3*time.Second
+			return o
+		}()},
+		{args: []string{"istio-config", "-n", "mesh", "--context", "prod", "--kubeconfig", "k.yaml", "vs/demo/echo"}, want: func() Options {
+			o := DefaultOptions()
+			o.Command, o.Object, o.Kube = cmdIstioConfig, "vs/demo/echo", kubeconfigFlags{Kubeconfig: "k.yaml", Context: "prod", Namespace: "mesh"}
+			return o
+		}()},
+		{args: []string{"version", "--client"}, want: func() Options {
+			o := DefaultOptions()
+			o.Command = cmdVersion
+			return o
+		}()},
+		{args: []string{"version"}, want: func() Options {
+			o := DefaultOptions()
+			o.Command, o.FleetVersions = cmdVersion, true
+			return o
+		}()},
+		{args: []string{"trust-bundle", "-o", "pem"}, want: func() Options {
+			o := DefaultOptions()
+			o.Command, o.Output = cmdTrustBundle, outputPEM
 			return o
 		}()},
 		{args: []string{"proxy-status", "a", "b"}, err: true},
-		{args: []string{"proxy-status", "-o", "yaml"}, err: true},
+		{args: []string{"proxy-status", "-o", "pem"}, err: true},
 		{args: []string{"remote-clusters", "x"}, err: true},
 		{args: []string{"remote-clusters", "--hub", "x:1"}, err: true},
+		{args: []string{"explain", "only-proxy"}, err: true},
+		{args: []string{"create-remote-secret"}, err: true},
 		{args: []string{"frobnicate"}, err: true},
+		{args: []string{"help"}, err: true},
 		{args: nil, err: true},
 	} {
 		got, err := parseArgs(tc.args, io.Discard)
@@ -80,8 +102,21 @@ func TestParseArgs(t *testing.T) {
 			t.Errorf("%q: %+v, %v; want %+v", tc.args, got, err, tc.want)
 		}
 	}
-	if _, err := parseArgs([]string{"help"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
-		t.Errorf("help: %v", err)
+}
+
+// TestHelpAndCompletion: every command has its --help, and the shells get
+// completion scripts, as cobra's commands do.
+func TestHelpAndCompletion(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"proxy-status", "--help"}, {"explain", "--help"}, {"completion", "bash"}, {"completion", "zsh"}} {
+		var out bytes.Buffer
+		root := newRootCommand(func(context.Context, Options, io.Writer) error { return errors.New("ran") }, &out, io.Discard)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Errorf("%q: %v", args, err)
+		}
+		if out.Len() == 0 {
+			t.Errorf("%q printed nothing", args)
+		}
 	}
 }
 

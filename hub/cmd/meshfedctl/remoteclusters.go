@@ -71,7 +71,7 @@ func getDoc(ctx context.Context, opts Options, path string, v any) error {
 		return err
 	}
 	if opts.HubAuth.Kubeconfig {
-		if client.Transport, err = kubeconfigTransport(); err != nil {
+		if client.Transport, err = kubeconfigTransport(opts.Kube); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc"
 
+	"github.com/meshfed/meshfed/pkg/debugdoc"
 	"github.com/meshfed/meshfed/pkg/proxystatus"
 	"github.com/meshfed/meshfed/pkg/proxystatus/csds"
 	"github.com/meshfed/meshfed/pkg/xdsnode"
@@ -54,7 +56,7 @@ func proxyStatus(ctx context.Context, opts Options, stdout io.Writer) error {
 		recs = selectProxy(recs, opts.Proxy)
 		if len(recs) == 0 {
 			return fmt.Errorf("%w %q: no proxy of that name or node ID is connected to the fleet of hub %s",
-				errUnknownProxy, opts.Proxy, opts.Hub)
+				errUnknownProxy, opts.Proxy, cmp.Or(opts.Hub, opts.Monitoring))
 		}
 	}
 	switch {
@@ -100,6 +102,13 @@ func selectProxy(recs []proxystatus.Record, proxy string) []proxystatus.Record {
 }
 
 func fetchRecords(ctx context.Context, opts Options, ms []*matcherv3.NodeMatcher) ([]proxystatus.Record, error) {
+	if opts.Hub == "" {
+		var doc proxystatus.JSONDocument
+		if err := getDoc(ctx, opts, debugdoc.ProxyStatusPath, &doc); err != nil {
+			return nil, err
+		}
+		return doc.Proxies, nil
+	}
 	dial, err := opts.HubAuth.dialOptions()
 	if err != nil {
 		return nil, err

@@ -11,12 +11,12 @@ import (
 	"github.com/meshfed/meshfed/pkg/version"
 )
 
-// TestVersion: alone, version prints meshfedctl's build; with --monitoring
+// TestVersion: with --client, version prints meshfedctl's build; with --monitoring
 // also every replica's from /debug/federationz, and names the builds of a
 // mixed fleet.
 func TestVersion(t *testing.T) {
 	own := "meshfedctl " + version.Get().String() + "\n"
-	out, err := runCLI(t, "version")
+	out, err := runCLI(t, "version", "--client")
 	if err != nil || out != own {
 		t.Fatalf("version = %q, %v; want %q", out, err, own)
 	}
