@@ -238,7 +238,9 @@ func runCommandWith(forward forwarder) executor {
 func runResolved(ctx context.Context, opts Options, stdout io.Writer, forward forwarder) error {
 	needsHub := opts.Command != cmdRemoteSecret && (opts.Command != cmdVersion || opts.FleetVersions)
 	if needsHub && opts.Monitoring == "" && (opts.Command != cmdProxyStatus || opts.Hub == "") {
-		addr, stop, err := discoverMonitoring(ctx, opts.Kube, forward)
+		dctx, cancel := context.WithTimeout(ctx, opts.Timeout) // an unreachable apiserver ends too
+		addr, stop, err := discoverMonitoring(dctx, opts.Kube, forward)
+		cancel()
 		switch {
 		case err != nil && opts.Command == cmdVersion:
 			opts.FleetVersions = false // the client's version stands alone
