@@ -134,7 +134,7 @@ bench-scale: k8s-assets build istiod ## the scale envelope (20 clusters x 4k end
 	cp $(BIN)/bench-scale/scale.json docs/reference/scale.json
 	$(GO) test -count=1 -run '^TestReferenceDocs$$/^scale$$' ./e2e/ -update
 
-demo: k8s-assets envoy build ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation
+demo: k8s-assets envoy build ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation; as root with pilot-agent built (make istio-assets), Envoy sidecars and an ingress gateway
 	@echo "==> demo (Ctrl-C stops it and cleans up)"
 	$(E2E_ENV) $(GO) run ./e2e/cmd/meshfed-demo $(DEMOFLAGS)
 

@@ -104,6 +104,18 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	fopts.Remotes = append(fopts.Remotes, framework.RemoteClusterOptions{ID: "edge", Locality: model.Locality{Region: "elsewhere"}})
 
+	// The Pods of the Envoy part are network namespaces on a bridge, made
+	// before the fleet so that they go after the hubs listening on it.
+	var podNet *framework.PodNetwork
+	skipped := sidecarsSkipped()
+	if skipped == "" {
+		var err error
+		if podNet, err = framework.NewPodNetwork(ctx, framework.PodNetworkOptions{}); err != nil {
+			return fmt.Errorf("pod network for the Envoy sidecars: %w", err)
+		}
+		defer func() { _ = podNet.Close() }()
+	}
+
 	d.say("Starting a config cluster and 4 remote clusters (a real kube-apiserver and etcd each)...")
 	fleet, err := framework.NewFleet(ctx, fopts)
 	if err != nil {
@@ -143,6 +155,9 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	var hubs []*framework.Hub
 	for i := range 2 {
 		ho := framework.HubOptions{ReplicaID: fmt.Sprintf("hub-%d", i), GossipKeyFile: keyFile, Join: hubs, Args: hubArgs}
+		if podNet != nil { // where the Pods reach it
+			ho.ListenHost = podNet.Gateway().String()
+		}
 		h, err := fleet.StartHub(ctx, ho)
 		if err != nil {
 			return err
@@ -295,6 +310,16 @@ func run(ctx context.Context, opts options, out io.Writer) error {
 	}
 	if err := spread(ctx, d, far, opts.calls, "cluster-1", "cluster-2"); err != nil {
 		return err
+	}
+
+	if podNet == nil {
+		d.say("Skipping the Envoy sidecars and the ingress gateway: %s; the proxyless part above ran in full", skipped)
+	} else {
+		stopPods, err := envoyDemo(ctx, d, fleet, podNet, hub)
+		defer stopPods()
+		if err != nil {
+			return err
+		}
 	}
 
 	fmt.Fprintf(out, "\nDemo complete in %.1fs.\n", time.Since(d.start).Seconds())
