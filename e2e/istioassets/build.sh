@@ -5,6 +5,7 @@
 #   bash e2e/istioassets/build.sh              # build if needed (no-op when cached)
 #   bash e2e/istioassets/build.sh --print-dir  # print the output dir, don't build
 #   bash e2e/istioassets/build.sh --discovery  # build istiod's pilot-discovery (make istiod)
+#   bash e2e/istioassets/build.sh --pilot-agent  # pilot-agent alone (make demo as root)
 #
 # Output: <repo>/bin/istio/<version>/{pilot-agent,istioctl,envoy_bootstrap_tmpl.json,.stamp}
 # and, with --discovery, pilot-discovery (istiod's server, for the side-by-side
@@ -28,14 +29,16 @@ targets="pilot-agent istioctl"
 case "${1:-}" in
   --print-dir) printf '%s\n' "$outdir"; exit 0 ;;
   --discovery) targets="pilot-discovery" ;;
+  --pilot-agent) targets="pilot-agent" ;;
   "") ;;
-  *) echo "usage: $0 [--print-dir|--discovery]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--print-dir|--discovery|--pilot-agent]" >&2; exit 2 ;;
 esac
 
 sha256() { if command -v sha256sum >/dev/null 2>&1; then sha256sum; else shasum -a 256; fi; }
 fingerprint="$(cat "$here/go.mod" "$here/go.sum" | sha256 | awk '{print $1}')"
 stamp="$outdir/.stamp"
 [[ "$targets" == pilot-discovery ]] && stamp="$outdir/.stamp-discovery"
+[[ "$targets" == pilot-agent ]] && stamp="$outdir/.stamp-agent"
 
 up_to_date() {
   local t
@@ -75,7 +78,9 @@ for t in $targets; do
     *) pkgs+=("istio.io/istio/pilot/cmd/$t") ;;
   esac
 done
-echo "istio-assets: building $targets $version (a cold build takes ~9 min on 2 cores)..." >&2
+cold="~9 min" # istioctl is most of it; pilot-agent alone ~1 min, pilot-discovery ~6
+[[ "$targets" == pilot-agent ]] && cold="~1 min"
+echo "istio-assets: building $targets $version (a cold build takes $cold on 2 cores)..." >&2
 (cd "$here" && go build -ldflags="$ldflags" -o "$tmpdir/" "${pkgs[@]}")
 
 if [[ "$targets" != pilot-discovery ]]; then

@@ -30,7 +30,7 @@ func sidecarsSkipped() string {
 			return env + " is not set (make demo sets it)"
 		}
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Sprintf("%s is not built (make istio-assets, about 9 minutes cold; make test builds it too): %v", env, err)
+			return fmt.Sprintf("%s is not built (make pilot-agent, which make demo runs as root): %v", env, err)
 		}
 	}
 	return ""
