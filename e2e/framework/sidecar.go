@@ -545,3 +545,38 @@ func (s *Sidecar) Running() bool { return s.running() }
 // Stop sends SIGTERM (pilot-agent drains and stops Envoy) and waits, with
 // SIGKILL after SidecarStopGrace. Idempotent.
 func (s *Sidecar) Stop() error { return s.terminate(syscall.SIGTERM, SidecarStopGrace) }
+
+// BinariesFromEnv fills the empty binary options from the environment:
+// EnvoyBinary from EnvEnvoyBinary, PilotAgentBinary from
+// EnvPilotAgentBinary, BootstrapTemplate from beside pilot-agent. It says
+// which is missing and how to build it.
+func (o *SidecarOptions) BinariesFromEnv() error {
+	need := func(env string) (string, error) {
+		p := os.Getenv(env)
+		if p == "" {
+			return "", fmt.Errorf("%s is not set; run `make e2e` (it runs `make envoy istio-assets`), or set it to the binary", env)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: %w (run `make envoy istio-assets`)", env, err)
+		}
+		return p, nil
+	}
+	var err error
+	if o.EnvoyBinary == "" {
+		if o.EnvoyBinary, err = need(EnvEnvoyBinary); err != nil {
+			return err
+		}
+	}
+	if o.PilotAgentBinary == "" {
+		if o.PilotAgentBinary, err = need(EnvPilotAgentBinary); err != nil {
+			return err
+		}
+	}
+	if o.BootstrapTemplate == "" {
+		o.BootstrapTemplate = filepath.Join(filepath.Dir(o.PilotAgentBinary), BootstrapTemplateName)
+		if _, err := os.Stat(o.BootstrapTemplate); err != nil {
+			return fmt.Errorf("the Envoy bootstrap template: %w (run `make istio-assets`)", err)
+		}
+	}
+	return nil
+}

@@ -4,8 +4,6 @@ package framework
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -31,27 +29,8 @@ const BootstrapTemplateName = "envoy_bootstrap_tmpl.json"
 // fails the test (no skip: `make e2e` installs them) when one is missing.
 func SidecarBinaries(t testing.TB, opts *SidecarOptions) {
 	t.Helper()
-	need := func(env string) string {
-		p := os.Getenv(env)
-		if p == "" {
-			t.Fatalf("%s is not set; run `make e2e` (it runs `make envoy istio-assets`), or set it to the binary", env)
-		}
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("%s: %v (run `make envoy istio-assets`)", env, err)
-		}
-		return p
-	}
-	if opts.EnvoyBinary == "" {
-		opts.EnvoyBinary = need(EnvEnvoyBinary)
-	}
-	if opts.PilotAgentBinary == "" {
-		opts.PilotAgentBinary = need(EnvPilotAgentBinary)
-	}
-	if opts.BootstrapTemplate == "" {
-		opts.BootstrapTemplate = filepath.Join(filepath.Dir(opts.PilotAgentBinary), BootstrapTemplateName)
-		if _, err := os.Stat(opts.BootstrapTemplate); err != nil {
-			t.Fatalf("Envoy bootstrap template: %v (run `make istio-assets`)", err)
-		}
+	if err := opts.BinariesFromEnv(); err != nil {
+		t.Fatalf("%v", err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -24,14 +23,9 @@ func sidecarsSkipped() string {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return "iproute2's ip, which makes the Pods' network namespaces, is not installed"
 	}
-	for _, env := range []string{framework.EnvEnvoyBinary, framework.EnvPilotAgentBinary} {
-		p := os.Getenv(env)
-		if p == "" {
-			return env + " is not set (make demo sets it)"
-		}
-		if _, err := os.Stat(p); err != nil {
-			return fmt.Sprintf("%s is not built (make pilot-agent, which make demo runs as root): %v", env, err)
-		}
+	var o framework.SidecarOptions
+	if err := o.BinariesFromEnv(); err != nil {
+		return err.Error() + " (make demo builds them as root: make envoy pilot-agent)"
 	}
 	return ""
 }
@@ -71,15 +65,12 @@ func envoyDemo(ctx context.Context, d *demo, fleet *framework.Fleet, net *framew
 		}
 	}
 	fail := func(err error) (func(), error) { stop(); return func() {}, err }
-	agent := os.Getenv(framework.EnvPilotAgentBinary)
-	binaries := func(o framework.SidecarOptions) framework.SidecarOptions {
-		o.EnvoyBinary, o.PilotAgentBinary = os.Getenv(framework.EnvEnvoyBinary), agent
-		o.BootstrapTemplate = filepath.Join(filepath.Dir(agent), framework.BootstrapTemplateName)
-		o.Hub = hub
-		return o
-	}
 	startSidecar := func(o framework.SidecarOptions) (*framework.Sidecar, error) {
-		s, err := fleet.StartSidecar(ctx, binaries(o))
+		o.Hub = hub
+		if err := o.BinariesFromEnv(); err != nil {
+			return nil, err
+		}
+		s, err := fleet.StartSidecar(ctx, o)
 		if err != nil {
 			return nil, err
 		}

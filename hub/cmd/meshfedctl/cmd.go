@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -197,28 +196,6 @@ func first(a []string) string {
 	}
 	return a[0]
 }
-
-// parseArgs parses a command line (without the program name) into
-// Options without carrying it out: what tests of the flags use.
-func parseArgs(args []string, stderr io.Writer) (Options, error) {
-	var got Options
-	var ran bool
-	root := newRootCommand(func(_ context.Context, o Options, _ io.Writer) error {
-		got, ran = o, true
-		return nil
-	}, io.Discard, stderr)
-	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		return got, err
-	}
-	if !ran {
-		return got, errNoCommand
-	}
-	return got, nil
-}
-
-// errNoCommand is parseArgs' answer to a line that runs no command (help).
-var errNoCommand = errors.New("no command run")
 
 // runCommand carries out opts as the binary does: a hub found through the
 // kubeconfig is reached by a port-forward through the apiserver.

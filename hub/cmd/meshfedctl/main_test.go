@@ -35,6 +35,28 @@ import (
 	"github.com/meshfed/meshfed/pkg/xdsnode"
 )
 
+// parseArgs parses a command line (without the program name) into
+// Options without carrying it out: what tests of the flags use.
+func parseArgs(args []string, stderr io.Writer) (Options, error) {
+	var got Options
+	var ran bool
+	root := newRootCommand(func(_ context.Context, o Options, _ io.Writer) error {
+		got, ran = o, true
+		return nil
+	}, io.Discard, stderr)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		return got, err
+	}
+	if !ran {
+		return got, errNoCommand
+	}
+	return got, nil
+}
+
+// errNoCommand is parseArgs' answer to a line that runs no command (help).
+var errNoCommand = errors.New("no command run")
+
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	testutil.Golden(t, filepath.Join("testdata", name), got)
